@@ -1,0 +1,66 @@
+"""Exceptions raised by the engine.
+
+The whole tree::
+
+    IcebergExecError(Exception)
+    ├── ConfigurationError(IcebergExecError, ValueError)  bad spec, option, limit or catalog property
+    ├── TableNotFoundError(ConfigurationError)            unknown catalog, namespace or table
+    ├── DataFileCodecError(IcebergExecError, ValueError)  malformed or unknown-version JSON payload
+    ├── ResourceLimitError(IcebergExecError)              memory or spill disk exhausted
+    ├── DataFileReadError(IcebergExecError)               an input data file is missing or corrupt
+    ├── CommitConflictError(IcebergExecError)             the table moved under us (retry or re-plan)
+    │   └── CommitValidationError(CommitConflictError)    Java's ValidationException: re-plan, do not retry
+    └── CommitStateUnknownError(IcebergExecError)         the catalog did not say; never retried blindly
+
+Engine exceptions never subclass Airflow's; the Airflow layer maps them in one place.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CommitConflictError",
+    "CommitStateUnknownError",
+    "CommitValidationError",
+    "ConfigurationError",
+    "DataFileCodecError",
+    "DataFileReadError",
+    "IcebergExecError",
+    "ResourceLimitError",
+    "TableNotFoundError",
+]
+
+
+class IcebergExecError(Exception):
+    """Base class of every error the engine raises on purpose."""
+
+
+class ConfigurationError(IcebergExecError, ValueError):
+    """Raised for bad input: an unknown option, an unparsable predicate, a limit below its floor."""
+
+
+class TableNotFoundError(ConfigurationError):
+    """Raised when the catalog, namespace or table does not exist."""
+
+
+class DataFileCodecError(IcebergExecError, ValueError):
+    """Raised when a DataFile or envelope JSON document is malformed or of an unknown version."""
+
+
+class ResourceLimitError(IcebergExecError):
+    """Raised when the memory pool or the spill disk is exhausted."""
+
+
+class DataFileReadError(IcebergExecError):
+    """Raised when an input data file is missing or cannot be read as Parquet."""
+
+
+class CommitConflictError(IcebergExecError):
+    """Raised when the table changed in a way that makes this commit fail; a retry may succeed."""
+
+
+class CommitValidationError(CommitConflictError):
+    """Raised when validation from the base snapshot fails: the work must be planned again."""
+
+
+class CommitStateUnknownError(IcebergExecError):
+    """Raised when the catalog's answer to a commit is unknown; check the table before retrying."""
