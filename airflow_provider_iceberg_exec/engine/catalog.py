@@ -1,0 +1,142 @@
+"""Catalog access: allowlisted catalog properties -> a PyIceberg catalog, and table lookup.
+
+The engine never reads ``~/.pyiceberg.yaml`` or environment variables itself: the CLI and the Airflow hook
+gather properties and pass them in. Properties that load code (``py-catalog-impl``, ``py-io-impl`` and the
+other ``*-impl`` keys) are refused, because whoever edits a connection must not choose what code runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, TableNotFoundError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+__all__ = ["ALLOWED_PROPERTY_PATTERNS", "CatalogConfig", "load_catalog", "load_table", "parse_table_name"]
+
+#: Catalog and FileIO properties the engine accepts. Anything else is refused with the list below.
+ALLOWED_PROPERTY_PATTERNS: tuple[str, ...] = (
+    r"type",
+    r"uri",
+    r"warehouse",
+    r"credential",
+    r"token",
+    r"scope",
+    r"prefix",
+    r"oauth2-server-uri",
+    r"audience",
+    r"resource",
+    r"header\.[A-Za-z0-9-]+",
+    r"rest\.sigv4-enabled",
+    r"rest\.signing-region",
+    r"rest\.signing-name",
+    r"echo",
+    r"pool_pre_ping",
+    r"init_catalog_tables",
+    r"s3\.(endpoint|access-key-id|secret-access-key|session-token|region|path-style-access|"
+    r"force-virtual-addressing|connect-timeout|request-timeout|signer\.uri|role-arn|role-session-name|"
+    r"anonymous)",
+    r"client\.(region|access-key-id|secret-access-key|session-token|role-arn)",
+    r"gcs\.(project-id|oauth2\.token|oauth2\.token-expires-at|access|consistency|cache-timeout|"
+    r"requester-pays|session-kwargs|endpoint|default-location|version-aware|service\.host)",
+    r"adls\.(connection-string|account-name|account-key|sas-token|tenant-id|client-id|client-secret|"
+    r"account-host|blob-storage-authority|dfs-storage-authority|blob-storage-scheme|dfs-storage-scheme)",
+    r"hive\.[a-z0-9.-]+",
+    r"glue\.(id|region|access-key-id|secret-access-key|session-token|profile-name|max-retries|"
+    r"retry-mode|endpoint|skip-archive)",
+    r"dynamodb\.(region|access-key-id|secret-access-key|session-token|profile-name|endpoint)",
+)
+_ALLOWED = re.compile("^(?:" + "|".join(ALLOWED_PROPERTY_PATTERNS) + ")$")
+_SECRET_KEY = re.compile(r"(secret|token|credential|password|key-id|account-key|sas|connection-string)")
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """A catalog's name and its (allowlisted) PyIceberg properties.
+
+    :param name: the catalog name, as in ``~/.pyiceberg.yaml``.
+    :param properties: PyIceberg catalog and FileIO properties, e.g. ``{"type": "sql", "uri": ...}``.
+    :raises ConfigurationError: when a property is not allowlisted.
+
+    >>> CatalogConfig("demo", {"type": "sql", "uri": "sqlite:///c.db"}).properties["type"]
+    'sql'
+    >>> CatalogConfig("x", {"py-io-impl": "evil.IO"})
+    Traceback (most recent call last):
+    ...
+    airflow_provider_iceberg_exec.engine.errors.ConfigurationError: catalog property 'py-io-impl' is not allowed (it would load code or is unknown); remove it
+    """  # noqa: E501
+
+    name: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key in self.properties:
+            if not _ALLOWED.match(key):
+                raise ConfigurationError(
+                    f"catalog property {key!r} is not allowed (it would load code or is unknown); remove it"
+                )
+
+    def secrets(self) -> list[str]:
+        """The values of secret properties, for masking in logs.
+
+        >>> CatalogConfig("c", {"s3.secret-access-key": "hunter2", "uri": "u"}).secrets()
+        ['hunter2']
+        """
+        return [str(v) for k, v in self.properties.items() if _SECRET_KEY.search(k) and v]
+
+    def __repr__(self) -> str:
+        # Never print secrets, even in a traceback's repr.
+        shown = {k: ("***" if _SECRET_KEY.search(k) else v) for k, v in self.properties.items()}
+        return f"CatalogConfig(name={self.name!r}, properties={shown!r})"
+
+
+def load_catalog(config: CatalogConfig) -> Catalog:
+    """Build the PyIceberg catalog of ``config``.
+
+    :raises ConfigurationError: when the catalog cannot be constructed from the properties.
+    """
+    from pyiceberg.catalog import load_catalog as _load
+
+    if "type" not in config.properties and "uri" not in config.properties:
+        raise ConfigurationError(
+            f"catalog {config.name!r} has no 'type' or 'uri'; configure it in ~/.pyiceberg.yaml, "
+            f"PYICEBERG_CATALOG__{config.name.upper()}__* variables or the Airflow connection"
+        )
+    try:
+        return _load(config.name, **dict(config.properties))
+    except (ValueError, NotImplementedError, ImportError) as err:
+        raise ConfigurationError(f"cannot load catalog {config.name!r}: {err}") from err
+
+
+def parse_table_name(name: str) -> tuple[str, ...]:
+    """Split ``"ns.table"`` (or ``"ns1.ns2.table"``) into identifier parts.
+
+    :raises ConfigurationError: when there is no namespace or a part is empty.
+
+    >>> parse_table_name("db.events")
+    ('db', 'events')
+    """
+    parts = tuple(name.split("."))
+    if len(parts) < 2 or any(not p.strip() for p in parts):
+        raise ConfigurationError(f"table name {name!r} must be fully qualified as 'namespace.table'")
+    return parts
+
+
+def load_table(catalog: Catalog, name: str) -> Table:
+    """Load ``"ns.table"`` from ``catalog``.
+
+    :raises TableNotFoundError: when the namespace or the table does not exist.
+    """
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    identifier = parse_table_name(name)
+    try:
+        return catalog.load_table(identifier)
+    except (NoSuchTableError, NoSuchNamespaceError) as err:
+        raise TableNotFoundError(f"table {name!r} not found in catalog {catalog.name!r}") from err

@@ -1,0 +1,144 @@
+"""The one place a DataFusion SessionContext is built: :class:`ResourceLimits` in, a bounded session out.
+
+DataFusion's memory pool governs only spillable operators (sort, aggregate, sort-merge join). So the
+limit is split: most of it goes to the pool, the rest is left to what the pool does not see -- the file
+reader in flight, the Parquet writer's row-group buffer and Python's own batches -- which the reader and
+writer size themselves from :class:`ResourceLimits`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from datafusion import SessionContext
+
+__all__ = ["ExecutionStats", "build_session", "prepare_spill_dir", "track_resources"]
+
+log = logging.getLogger(__name__)
+
+#: Share of the memory limit given to DataFusion's pool; the rest covers readers and writers.
+POOL_SHARE = 0.5
+
+
+def prepare_spill_dir(limits: ResourceLimits) -> str:
+    """Create the spill directory and prove it is writable.
+
+    :raises ConfigurationError: when it cannot be created or written.
+    """
+    path = limits.spill_dir
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
+            pass
+    except OSError as err:
+        raise ConfigurationError(f"spill directory {path!r} is not writable ({err.strerror}); pick another") from err
+    return path
+
+
+def build_session(limits: ResourceLimits, spill_dir: str | None = None) -> SessionContext:
+    """Build the bounded DataFusion session for one execution.
+
+    :param limits: memory limit, spill directory, parallelism and batch size.
+    :param spill_dir: a directory for this execution's spill files (default: ``limits.spill_dir``).
+    :raises ConfigurationError: when the spill directory is not writable.
+
+    >>> from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    >>> ctx = build_session(ResourceLimits(memory_limit_bytes=64 * 1024 * 1024))
+    >>> ctx.sql("select 1 as one").to_pydict()
+    {'one': [1]}
+    """
+    from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
+
+    directory = spill_dir or prepare_spill_dir(limits)
+    pool_bytes = int(limits.memory_limit_bytes * POOL_SHARE)
+    config = (
+        SessionConfig()
+        .with_target_partitions(limits.target_partitions)
+        .with_batch_size(limits.batch_size)
+        # Keep Arrow types as PyIceberg expects them: no view types, binary stays binary.
+        .set("datafusion.execution.parquet.schema_force_view_types", "false")
+        .set("datafusion.execution.parquet.binary_as_string", "false")
+        # The merge phase of a spilled sort needs reserved memory for each sorted run; reserve it up
+        # front so the sort spills early enough to merge instead of failing with "Resources exhausted".
+        .set("datafusion.execution.sort_spill_reservation_bytes", str(max(1 << 20, pool_bytes // 16)))
+        .set("datafusion.execution.sort_in_place_threshold_bytes", str(1 << 20))
+        .set("datafusion.execution.max_spill_file_size_bytes", str(64 << 20))
+    )
+    runtime = RuntimeEnvBuilder().with_fair_spill_pool(pool_bytes).with_disk_manager_specified(directory)
+    return SessionContext(config, runtime)
+
+
+@dataclass
+class ExecutionStats:
+    """Resources one execution used: peak RSS of the whole process and the peak size of its spill files."""
+
+    peak_rss_bytes: int = 0
+    spilled_bytes: int = 0
+    elapsed_seconds: float = 0.0
+
+
+def _dir_size(path: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:  # a spill file removed while we looked
+                continue
+    return total
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@contextmanager
+def track_resources(limits: ResourceLimits, interval_seconds: float = 0.1) -> Iterator[tuple[str, ExecutionStats]]:
+    """Give an execution its own spill directory and measure RSS and spill while it runs.
+
+    Yields ``(spill_dir, stats)``; ``stats`` is filled in when the block exits, and the spill directory is
+    removed.
+    """
+    import shutil
+
+    base = prepare_spill_dir(limits)
+    directory = os.path.join(base, f"run-{uuid.uuid4().hex[:12]}")
+    os.makedirs(directory)
+    stats = ExecutionStats()
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def sample() -> None:
+        while not stop.is_set():
+            stats.peak_rss_bytes = max(stats.peak_rss_bytes, _rss_bytes())
+            stats.spilled_bytes = max(stats.spilled_bytes, _dir_size(directory))
+            stop.wait(interval_seconds)
+
+    sampler = threading.Thread(target=sample, name="iceberg-exec-resources", daemon=True)
+    sampler.start()
+    try:
+        yield directory, stats
+    finally:
+        stop.set()
+        sampler.join()
+        stats.peak_rss_bytes = max(stats.peak_rss_bytes, _rss_bytes())
+        stats.elapsed_seconds = time.monotonic() - start
+        shutil.rmtree(directory, ignore_errors=True)
