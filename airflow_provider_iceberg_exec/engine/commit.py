@@ -1,0 +1,766 @@
+"""Commit a compaction as one ``replace`` snapshot: Java's ``RewriteFiles`` on top of PyIceberg 0.12.
+
+Java's compaction commits with
+``table.newRewrite().validateFromSnapshot(start).dataSequenceNumber(startSeq)...commit()``. PyIceberg 0.12
+has no ``replace`` producer, cannot give added files an explicit data sequence number and cannot write
+delete manifests, so :func:`commit_rewrite` brings its own snapshot producer, :class:`_RewriteFiles`:
+
+- It subclasses PyIceberg's private ``_SnapshotProducer``, reusing its manifest-list writing, snapshot
+  and ref updates, and its bookkeeping of written manifests. It replaces the manifest planning
+  (``_manifests``), the summary (``_summary``; PyIceberg's ``update_snapshot_summaries`` refuses
+  ``replace``) and the validation (``_commit`` validates from ``base_snapshot_id`` on every attempt).
+- Retries are PyIceberg's: ``Transaction.commit_transaction`` retries ``CommitFailedException`` with the
+  table's ``commit.retry.*`` properties (exponential backoff), refreshes the table and calls the
+  producer's ``_commit`` again, which re-runs the idempotency check and the validation. On
+  ``CommitFailedException`` and ``ValidationException`` it deletes the manifests we wrote; after an
+  unknown outcome it deletes nothing.
+- Manifests are written by :mod:`airflow_provider_iceberg_exec.engine.manifests`, which also writes
+  delete manifests.
+
+Validation follows Java's ``BaseRewriteFiles`` and ``MergingSnapshotProducer``: the base snapshot
+must be an ancestor of the branch head; every file to remove must still be live; no delete file
+committed after the base (data sequence number above the base's) may apply to a rewritten file, where
+with ``use_starting_sequence_number`` only position deletes count, because the added files keep the
+base's sequence number and newer equality deletes still apply to them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchTableError,
+    ValidationException,
+)
+from pyiceberg.expressions import And, BooleanExpression, EqualTo, IsNull, Or, Reference
+from pyiceberg.expressions.visitors import manifest_evaluator
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriter,
+)
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import (
+    ADDED_DATA_FILES,
+    ADDED_DELETE_FILES,
+    ADDED_EQUALITY_DELETES,
+    ADDED_FILE_SIZE,
+    ADDED_POSITION_DELETES,
+    ADDED_RECORDS,
+    CHANGED_PARTITION_COUNT_PROP,
+    DELETED_DATA_FILES,
+    DELETED_RECORDS,
+    REMOVED_DELETE_FILES,
+    REMOVED_EQUALITY_DELETES,
+    REMOVED_FILE_SIZE,
+    REMOVED_POSITION_DELETES,
+    TOTAL_DATA_FILES,
+    TOTAL_DELETE_FILES,
+    TOTAL_EQUALITY_DELETES,
+    TOTAL_FILE_SIZE,
+    TOTAL_POSITION_DELETES,
+    TOTAL_RECORDS,
+    Operation,
+    Snapshot,
+    SnapshotSummaryCollector,
+    Summary,
+    ancestors_of,
+)
+from pyiceberg.table.update import UpdatesAndRequirements
+from pyiceberg.table.update.snapshot import _SnapshotProducer
+from pyiceberg.typedef import EMPTY_DICT, Record
+
+from airflow_provider_iceberg_exec.engine.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    CommitValidationError,
+    ConfigurationError,
+    TableNotFoundError,
+)
+from airflow_provider_iceberg_exec.engine.manifests import (
+    new_manifest_writer,
+    read_manifest_entries,
+    referenced_data_file,
+    to_record_layout,
+)
+
+__all__ = ["COMMIT_ID_PROPERTY", "CommitOutcome", "commit_rewrite"]
+
+log = logging.getLogger(__name__)
+
+#: Snapshot summary key carrying the caller's commit id; it makes a retried commit idempotent.
+COMMIT_ID_PROPERTY = "iceberg-exec.commit-id"
+
+# Position-delete columns (spec, "Position Delete Files").
+_DELETE_FILE_PATH_FIELD_ID = 2147483546
+
+# (total, added, removed) summary keys, in Java's SnapshotProducer.summary() order.
+_TOTALS = (
+    (TOTAL_RECORDS, ADDED_RECORDS, DELETED_RECORDS),
+    (TOTAL_FILE_SIZE, ADDED_FILE_SIZE, REMOVED_FILE_SIZE),
+    (TOTAL_DATA_FILES, ADDED_DATA_FILES, DELETED_DATA_FILES),
+    (TOTAL_DELETE_FILES, ADDED_DELETE_FILES, REMOVED_DELETE_FILES),
+    (TOTAL_POSITION_DELETES, ADDED_POSITION_DELETES, REMOVED_POSITION_DELETES),
+    (TOTAL_EQUALITY_DELETES, ADDED_EQUALITY_DELETES, REMOVED_EQUALITY_DELETES),
+)
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What :func:`commit_rewrite` committed, or found already committed.
+
+    :param snapshot_id: the ``replace`` snapshot carrying the commit id.
+    :param sequence_number: its sequence number; ``None`` for a v1 table.
+    :param commit_id: the caller's commit id.
+    :param already_committed: ``True`` when a snapshot with this commit id already existed, so nothing
+        was written (an idempotent retry).
+    :param summary: the snapshot summary, ``operation`` included.
+    """
+
+    snapshot_id: int
+    sequence_number: int | None
+    commit_id: str
+    already_committed: bool
+    summary: dict[str, str]
+
+
+def commit_rewrite(
+    table: Table,
+    *,
+    base_snapshot_id: int,
+    rewritten_data_files: Sequence[DataFile],
+    added_data_files: Sequence[DataFile],
+    removed_delete_files: Sequence[DataFile] = (),
+    commit_id: str,
+    use_starting_sequence_number: bool = True,
+    branch: str = "main",
+    snapshot_properties: Mapping[str, str] | None = None,
+) -> CommitOutcome:
+    """Replace data files with their rewritten output in one ``replace`` snapshot, as Java's RewriteFiles.
+
+    The new snapshot's parent is the current head of ``branch``, which may be newer than the base: files
+    appended meanwhile are kept. Validation runs from ``base_snapshot_id`` on every attempt.
+
+    .. code-block:: python
+
+        outcome = commit_rewrite(
+            table,
+            base_snapshot_id=plan_snapshot_id,
+            rewritten_data_files=inputs,
+            added_data_files=outputs,
+            commit_id="compaction-2026-01-01T00:00:00-group-3",
+        )
+
+    :param table: the table; refreshed first, and holding the new metadata afterwards.
+    :param base_snapshot_id: the snapshot the rewrite was planned and read from.
+    :param rewritten_data_files: data files replaced by the output; each must still be live.
+    :param added_data_files: the rewritten output, written but not committed. A file without a
+        ``spec_id`` is taken to use the table's default spec.
+    :param removed_delete_files: delete files to drop in the same snapshot (for example deletes of the
+        rewritten files); each must still be live.
+    :param commit_id: the caller's idempotency key, stored in the summary under
+        :data:`COMMIT_ID_PROPERTY`. A snapshot that already carries it is returned instead of
+        committing again.
+    :param use_starting_sequence_number: give the added files the base snapshot's sequence number
+        (Spark's ``use-starting-sequence-number``), so equality deletes committed meanwhile still apply.
+    :param branch: the branch to commit to.
+    :param snapshot_properties: extra summary properties.
+    :returns: the committed (or already committed) snapshot.
+    :raises ConfigurationError: for bad arguments, or a format-version 3 table.
+    :raises TableNotFoundError: when the table no longer exists.
+    :raises CommitValidationError: when validation from the base fails; the work must be planned again.
+    :raises CommitConflictError: when concurrent commits kept winning until the retries ran out.
+    :raises CommitStateUnknownError: when the catalog's answer is unknown; check the table first.
+    """
+    properties = _check_arguments(
+        rewritten_data_files, added_data_files, removed_delete_files, commit_id, snapshot_properties
+    )
+    name = ".".join(table.name())
+    try:
+        table.refresh()
+    except NoSuchTableError as err:
+        raise TableNotFoundError(f"table {name} does not exist") from err
+    _check_table(table.metadata, branch, name, removed_delete_files)
+
+    found = _find_commit(table.metadata, branch, commit_id)
+    if found is not None:
+        log.info(
+            "Commit %s is already in %s as snapshot %s; nothing to do", commit_id, name, found.snapshot_id
+        )
+        return _outcome(table.metadata, found, commit_id, already_committed=True)
+
+    transaction = table.transaction()
+    producer = _RewriteFiles(
+        transaction,
+        base_snapshot_id=base_snapshot_id,
+        rewritten_data_files=rewritten_data_files,
+        added_data_files=added_data_files,
+        removed_delete_files=removed_delete_files,
+        commit_id=commit_id,
+        use_starting_sequence_number=use_starting_sequence_number,
+        branch=branch,
+        snapshot_properties=properties,
+    )
+    try:
+        try:
+            producer.commit()  # first attempt: validate, write manifests, stage the snapshot
+        except BaseException:
+            # Nothing has reached the catalog yet, so whatever this attempt wrote is unreferenced.
+            producer._clean_all_uncommitted()
+            raise
+        transaction.commit_transaction()  # catalog commit, with PyIceberg's retry loop
+    except _AlreadyCommittedError as err:
+        log.info("Commit %s landed in %s meanwhile as snapshot %s", commit_id, name, err.snapshot.snapshot_id)
+        return _outcome(table.metadata, err.snapshot, commit_id, already_committed=True)
+    except ValidationException as err:
+        raise CommitValidationError(_one_line(err)) from err
+    except CommitFailedException as err:
+        raise CommitConflictError(
+            f"commit {commit_id} to {name} kept conflicting with concurrent commits until the retries "
+            f"ran out: {_one_line(err)}"
+        ) from err
+    except CommitStateUnknownException as err:
+        raise CommitStateUnknownError(
+            f"the catalog did not confirm commit {commit_id} to {name}; check for a snapshot with "
+            f"{COMMIT_ID_PROPERTY}={commit_id} before retrying: {_one_line(err)}"
+        ) from err
+
+    snapshot = table.metadata.snapshot_by_id(producer.snapshot_id)
+    if snapshot is None:  # pragma: no cover - the catalog returned metadata without our snapshot
+        raise CommitStateUnknownError(f"snapshot {producer.snapshot_id} is missing after commit {commit_id}")
+    log.info(
+        "Committed %s to %s as replace snapshot %s: %s data files rewritten, %s added, %s deletes removed",
+        commit_id,
+        name,
+        snapshot.snapshot_id,
+        len(rewritten_data_files),
+        len(added_data_files),
+        len(removed_delete_files),
+    )
+    return _outcome(table.metadata, snapshot, commit_id, already_committed=False)
+
+
+def _check_arguments(
+    rewritten: Sequence[DataFile],
+    added: Sequence[DataFile],
+    removed_deletes: Sequence[DataFile],
+    commit_id: str,
+    snapshot_properties: Mapping[str, str] | None,
+) -> dict[str, str]:
+    """Check what Java's BaseRewriteFiles checks up front; return the summary properties to write."""
+    if not commit_id:
+        raise ConfigurationError("commit_id must be a non-empty string")
+    if not rewritten and not removed_deletes:
+        raise ConfigurationError("Files to delete cannot be empty")
+    if added and not rewritten:
+        raise ConfigurationError(
+            "Data files to add must be empty because there's no data file to be rewritten"
+        )
+    for label, files in (("rewritten", rewritten), ("added", added)):
+        if bad := [f.file_path for f in files if f.content != DataFileContent.DATA]:
+            raise ConfigurationError(f"{label} data files must have content DATA: {', '.join(bad)}")
+    if bad := [f.file_path for f in removed_deletes if f.content == DataFileContent.DATA]:
+        raise ConfigurationError(f"removed delete files must be delete files: {', '.join(bad)}")
+    added_paths = [f.file_path for f in added]
+    if len(set(added_paths)) != len(added_paths):
+        raise ConfigurationError("added_data_files lists a path more than once")
+    if overlap := set(added_paths) & {f.file_path for f in rewritten}:
+        raise ConfigurationError(f"files cannot be both rewritten and added: {', '.join(sorted(overlap))}")
+    properties = dict(snapshot_properties or {})
+    if reserved := {"operation", COMMIT_ID_PROPERTY} & properties.keys():
+        raise ConfigurationError(f"snapshot_properties cannot set {', '.join(sorted(reserved))}")
+    properties[COMMIT_ID_PROPERTY] = commit_id
+    return properties
+
+
+def _check_table(
+    metadata: TableMetadata, branch: str, name: str, removed_deletes: Sequence[DataFile]
+) -> None:
+    if metadata.format_version >= 3:
+        raise ConfigurationError(
+            f"cannot commit to {name}: format version {metadata.format_version}: PyIceberg 0.12 cannot write "
+            "v3 metadata; table left unchanged"
+        )
+    if metadata.format_version == 1 and removed_deletes:
+        raise ConfigurationError(f"cannot remove delete files from {name}: v1 tables have no delete files")
+    ref = metadata.refs.get(branch)
+    if ref is not None and ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+        raise ConfigurationError(f"{branch} is a tag of {name}, not a branch")
+
+
+def _commit_id_of(snapshot: Snapshot) -> str | None:
+    return snapshot.summary.additional_properties.get(COMMIT_ID_PROPERTY) if snapshot.summary else None
+
+
+def _find_commit(metadata: TableMetadata, branch: str, commit_id: str) -> Snapshot | None:
+    """Find the snapshot carrying ``commit_id``: on the branch's ancestry first, then anywhere."""
+    for snapshot in ancestors_of(metadata.snapshot_by_name(branch), metadata):
+        if _commit_id_of(snapshot) == commit_id:
+            return snapshot
+    for snapshot in metadata.snapshots:
+        if _commit_id_of(snapshot) == commit_id:
+            # Landed, then the branch moved away from it (a rollback, say): applying it again would
+            # undo that decision, so report it as done.
+            log.warning(
+                "Commit %s is snapshot %s, which is not on branch %s", commit_id, snapshot.snapshot_id, branch
+            )
+            return snapshot
+    return None
+
+
+def _outcome(
+    metadata: TableMetadata, snapshot: Snapshot, commit_id: str, *, already_committed: bool
+) -> CommitOutcome:
+    summary = snapshot.summary
+    return CommitOutcome(
+        snapshot_id=snapshot.snapshot_id,
+        sequence_number=snapshot.sequence_number if metadata.format_version >= 2 else None,
+        commit_id=commit_id,
+        already_committed=already_committed,
+        summary={"operation": summary.operation.value, **summary.additional_properties} if summary else {},
+    )
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+class _AlreadyCommittedError(ValidationException):
+    """A snapshot with our commit id appeared during a retry.
+
+    A ValidationException, so that PyIceberg's retry loop stops and deletes the manifests we wrote.
+    """
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        super().__init__(f"commit already landed as snapshot {snapshot.snapshot_id}")
+        self.snapshot = snapshot
+
+
+@dataclass
+class _ManifestRewrite:
+    """A head manifest holding files to remove: its other live entries stay as EXISTING."""
+
+    manifest: ManifestFile
+    kept: list[ManifestEntry] = field(default_factory=list)
+    removed: list[ManifestEntry] = field(default_factory=list)
+
+
+@dataclass
+class _Attempt:
+    """What one commit attempt validated against the branch head and will write."""
+
+    base: Snapshot
+    carried: list[ManifestFile]
+    rewrites: list[_ManifestRewrite]
+
+    @property
+    def removed_entries(self) -> Iterable[ManifestEntry]:
+        return itertools.chain.from_iterable(rewrite.removed for rewrite in self.rewrites)
+
+
+def _spec_id(data_file: DataFile, default: int) -> int:
+    try:
+        return data_file.spec_id
+    except AttributeError:  # PyIceberg's writers do not set it
+        return default
+
+
+def _partition_key(data_file: DataFile, default_spec_id: int) -> tuple[int, Record]:
+    return _spec_id(data_file, default_spec_id), data_file.partition
+
+
+class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
+    """A ``replace`` snapshot producer: Java's BaseRewriteFiles on PyIceberg's private _SnapshotProducer.
+
+    Isolated here because it relies on PyIceberg 0.12 internals: the ``_commit`` / ``_manifests`` /
+    ``_summary`` hooks, ``new_manifest_output`` (which records written manifests for cleanup),
+    ``_parent_snapshot_id`` (the branch head, refreshed by ``_refresh_for_retry`` before each retry) and
+    ``_starting_snapshot_id`` (read by ``Transaction`` to resolve a window we do not use).
+    """
+
+    def __init__(
+        self,
+        transaction: Transaction,
+        *,
+        base_snapshot_id: int,
+        rewritten_data_files: Sequence[DataFile],
+        added_data_files: Sequence[DataFile],
+        removed_delete_files: Sequence[DataFile],
+        commit_id: str,
+        use_starting_sequence_number: bool,
+        branch: str,
+        snapshot_properties: dict[str, str],
+    ) -> None:
+        super().__init__(
+            operation=Operation.REPLACE,
+            transaction=transaction,
+            io=transaction._table.io,
+            snapshot_properties=snapshot_properties,
+            branch=branch,
+        )
+        # Validation is ours, from base_snapshot_id, in _commit. None keeps Transaction's CommitWindow
+        # lookup from failing on its own terms (it would look up the head this producer started from).
+        self._starting_snapshot_id = None
+        self._base_snapshot_id = base_snapshot_id
+        self._commit_id = commit_id
+        self._use_starting_sequence_number = use_starting_sequence_number
+        self._rewritten_data_files = list(rewritten_data_files)
+        self._removed_delete_files = list(removed_delete_files)
+        self._added = [to_record_layout(data_file) for data_file in added_data_files]
+        self._attempt: _Attempt | None = None
+
+    # -- hooks of _SnapshotProducer -------------------------------------------------------------------
+
+    def _validate_concurrency(self) -> None:
+        """Do nothing: :meth:`_commit` validates from the base snapshot on every attempt."""
+
+    def _commit(self) -> UpdatesAndRequirements:
+        metadata = self._transaction.table_metadata
+        # Our own earlier attempt cannot show up here: Transaction stops retrying as soon as it finds
+        # this producer's (stable) snapshot id, before calling _commit again.
+        if (found := _find_commit(metadata, self._target_branch or "main", self._commit_id)) is not None:
+            raise _AlreadyCommittedError(found)
+        # Read and validate before writing anything, so that a failed validation leaves no file behind.
+        self._attempt = self._plan_attempt(metadata)
+        return super()._commit()
+
+    def _deleted_entries(self) -> list[ManifestEntry]:
+        return list(self._current_attempt().removed_entries)
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        return list(self._current_attempt().carried)
+
+    def _manifests(self) -> list[ManifestFile]:
+        attempt = self._current_attempt()
+        metadata = self._transaction.table_metadata
+        explicit_seq = (
+            attempt.base.sequence_number
+            if self._use_starting_sequence_number and metadata.format_version >= 2
+            else None
+        )
+        manifests: list[ManifestFile] = []
+
+        by_spec: dict[int, list[DataFile]] = defaultdict(list)
+        for data_file in self._added:
+            by_spec[_spec_id(data_file, metadata.default_spec_id)].append(data_file)
+        for spec_id, files in by_spec.items():
+            with self._new_writer(ManifestContent.DATA, spec_id) as writer:
+                for data_file in files:
+                    # An explicit data sequence number is written as is; None is inherited on read.
+                    # The file sequence number is always inherited: it records this commit.
+                    writer.add_entry(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED,
+                            snapshot_id=self._snapshot_id,
+                            sequence_number=explicit_seq,
+                            file_sequence_number=None,
+                            data_file=data_file,
+                        )
+                    )
+            manifests.append(writer.to_manifest_file())
+
+        for rewrite in attempt.rewrites:
+            # Like Java's ManifestFilterManager: one filtered manifest per affected manifest, with
+            # both sequence numbers explicit on EXISTING and DELETED entries (spec requirement).
+            with self._new_writer(rewrite.manifest.content, rewrite.manifest.partition_spec_id) as writer:
+                for entry in rewrite.kept:
+                    writer.add_entry(_copy_entry(entry, ManifestEntryStatus.EXISTING, entry.snapshot_id))
+                for entry in rewrite.removed:
+                    writer.add_entry(_copy_entry(entry, ManifestEntryStatus.DELETED, self._snapshot_id))
+            manifests.append(writer.to_manifest_file())
+
+        # Manifests without live files (only old DELETED entries) are dropped, as Java's producers do.
+        manifests.extend(m for m in attempt.carried if m.has_added_files() or m.has_existing_files())
+        return manifests
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        attempt = self._current_attempt()
+        metadata = self._transaction.table_metadata
+        schema = metadata.schema()
+        specs = metadata.specs()
+        limit = int(
+            metadata.properties.get(
+                TableProperties.WRITE_PARTITION_SUMMARY_LIMIT,
+                TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT,
+            )
+        )
+        collector = SnapshotSummaryCollector(partition_summary_limit=limit)
+        changed_partitions: set[str] = set()
+        for data_file in self._added:
+            spec = specs[_spec_id(data_file, metadata.default_spec_id)]
+            collector.add_file(data_file, schema=schema, partition_spec=spec)
+            changed_partitions.add(spec.partition_to_path(data_file.partition, schema))
+        for entry in attempt.removed_entries:
+            spec = specs[entry.data_file.spec_id]
+            collector.remove_file(entry.data_file, schema=schema, partition_spec=spec)
+            changed_partitions.add(spec.partition_to_path(entry.data_file.partition, schema))
+
+        properties = collector.build()
+        # Java counts the unpartitioned "partition" too (key ""), PyIceberg's collector does not.
+        properties[CHANGED_PARTITION_COUNT_PROP] = str(len(changed_partitions))
+        properties.update(snapshot_properties)
+        parent = (
+            metadata.snapshot_by_id(self._parent_snapshot_id)
+            if self._parent_snapshot_id is not None
+            else None
+        )
+        previous = parent.summary.additional_properties if parent is not None and parent.summary else None
+        _add_totals(properties, previous)
+        return Summary(operation=Operation.REPLACE, **properties)
+
+    # -- planning and validation ------------------------------------------------------------------------
+
+    def _current_attempt(self) -> _Attempt:
+        if self._attempt is None:  # pragma: no cover - _commit always plans first
+            raise RuntimeError("no commit attempt planned")
+        return self._attempt
+
+    def _new_writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
+        metadata = self._transaction.table_metadata
+        return new_manifest_writer(
+            format_version=metadata.format_version,
+            content=content,
+            spec=metadata.specs()[spec_id],
+            schema=metadata.schema(),
+            output_file=self.new_manifest_output(),
+            snapshot_id=self._snapshot_id,
+            avro_compression=self._compression,
+        )
+
+    def _plan_attempt(self, metadata: TableMetadata) -> _Attempt:
+        head = (
+            metadata.snapshot_by_id(self._parent_snapshot_id)
+            if self._parent_snapshot_id is not None
+            else None
+        )
+        if head is None:
+            raise ValidationException(
+                f"Cannot determine history between starting snapshot {self._base_snapshot_id} and the last "
+                f"known ancestor None: branch {self._target_branch} has no snapshot"
+            )
+        base, window = self._validation_history(metadata, head)
+
+        rewritten_paths = {f.file_path for f in self._rewritten_data_files}
+        removed_delete_paths = {f.file_path for f in self._removed_delete_files}
+        may_hold = {
+            ManifestContent.DATA: _manifest_filter(metadata, self._rewritten_data_files),
+            ManifestContent.DELETES: _manifest_filter(metadata, self._removed_delete_files),
+        }
+        paths_by_content = {
+            ManifestContent.DATA: rewritten_paths,
+            ManifestContent.DELETES: removed_delete_paths,
+        }
+
+        carried: list[ManifestFile] = []
+        rewrites: list[_ManifestRewrite] = []
+        for manifest in head.manifests(self._io):
+            paths = paths_by_content[manifest.content]
+            if not paths or not may_hold[manifest.content](manifest):
+                carried.append(manifest)
+                continue
+            rewrite = _ManifestRewrite(manifest)
+            for entry in read_manifest_entries(self._io, manifest, discard_deleted=True):
+                (rewrite.removed if entry.data_file.file_path in paths else rewrite.kept).append(entry)
+            if rewrite.removed:
+                rewrites.append(rewrite)
+            else:
+                carried.append(manifest)
+
+        attempt = _Attempt(base=base, carried=carried, rewrites=rewrites)
+        found = {entry.data_file.file_path for entry in attempt.removed_entries}
+        if missing := (rewritten_paths | removed_delete_paths) - found:
+            raise ValidationException(f"Missing required files to delete: {', '.join(sorted(missing))}")
+
+        replaced = [
+            e.data_file for e in attempt.removed_entries if e.data_file.content == DataFileContent.DATA
+        ]
+        if metadata.format_version >= 2 and replaced and window:
+            self._validate_no_new_deletes(metadata, base, window, replaced)
+        return attempt
+
+    def _validation_history(self, metadata: TableMetadata, head: Snapshot) -> tuple[Snapshot, list[Snapshot]]:
+        """Return the base snapshot and the snapshots after it up to the head (newest first).
+
+        :raises ValidationException: when the base is not an ancestor of the head, as Java's
+            ``MergingSnapshotProducer.validationHistory``.
+        """
+        window: list[Snapshot] = []
+        last_known: int | None = None
+        for snapshot in ancestors_of(head, metadata):
+            if snapshot.snapshot_id == self._base_snapshot_id:
+                return snapshot, window
+            window.append(snapshot)
+            last_known = snapshot.snapshot_id
+        raise ValidationException(
+            f"Cannot determine history between starting snapshot {self._base_snapshot_id} and the last "
+            f"known ancestor {last_known}"
+        )
+
+    def _validate_no_new_deletes(
+        self, metadata: TableMetadata, base: Snapshot, window: list[Snapshot], replaced: list[DataFile]
+    ) -> None:
+        """Fail when a delete file committed after the base may apply to a replaced data file.
+
+        Only delete files with a data sequence number above the base's count (Java's
+        ``DeleteFileIndex...afterSequenceNumber``); a delete written with an older sequence number (a
+        rewritten position delete, say) was already applied by the rewrite.
+        """
+        specs = metadata.specs()
+        by_path = {data_file.file_path: data_file for data_file in replaced}
+        by_partition: dict[tuple[int, Record], list[DataFile]] = defaultdict(list)
+        for data_file in replaced:
+            by_partition[_partition_key(data_file, metadata.default_spec_id)].append(data_file)
+
+        for delete_file in self._new_delete_files(base.sequence_number or 0, window):
+            if delete_file.content == DataFileContent.POSITION_DELETES:
+                target = _position_delete_target(delete_file, by_path, by_partition)
+            elif self._use_starting_sequence_number:
+                continue  # still applies to the added files, which keep the base's sequence number
+            elif specs[delete_file.spec_id].is_unpartitioned():
+                target = replaced[0].file_path  # a global equality delete applies to every data file
+            else:
+                same_partition = by_partition.get((delete_file.spec_id, delete_file.partition))
+                target = same_partition[0].file_path if same_partition else None
+            if target is None:
+                continue
+            if self._use_starting_sequence_number:
+                message = f"Cannot commit, found new position delete for replaced data file: {target}"
+            else:
+                message = f"Cannot commit, found new delete for replaced data file: {target}"
+            raise ValidationException(message)
+
+    def _new_delete_files(self, base_sequence_number: int, window: list[Snapshot]) -> Iterator[DataFile]:
+        """Yield the delete files added by the snapshots of ``window`` after the base's sequence number."""
+        window_ids = {snapshot.snapshot_id for snapshot in window}
+        for snapshot in window:
+            for manifest in snapshot.manifests(self._io):
+                if (
+                    manifest.content != ManifestContent.DELETES
+                    or manifest.added_snapshot_id != snapshot.snapshot_id
+                ):
+                    continue
+                for entry in read_manifest_entries(self._io, manifest, discard_deleted=True):
+                    if (
+                        entry.status == ManifestEntryStatus.ADDED
+                        and entry.snapshot_id in window_ids
+                        and (entry.sequence_number or 0) > base_sequence_number
+                    ):
+                        yield entry.data_file
+
+
+def _position_delete_target(
+    delete_file: DataFile,
+    by_path: Mapping[str, DataFile],
+    by_partition: Mapping[tuple[int, Record], list[DataFile]],
+) -> str | None:
+    """Return the path of a replaced data file ``delete_file`` may apply to, if any.
+
+    As Java's DeleteFileIndex: a file-scoped delete (``referenced_data_file``, or equal ``file_path``
+    bounds; DVs always) is matched by path; any other one applies within its spec and partition, to
+    files inside its ``file_path`` bounds when it has them.
+    """
+    lower = (delete_file.lower_bounds or {}).get(_DELETE_FILE_PATH_FIELD_ID)
+    upper = (delete_file.upper_bounds or {}).get(_DELETE_FILE_PATH_FIELD_ID)
+    referenced = referenced_data_file(delete_file)
+    if referenced is None and lower is not None and lower == upper:
+        referenced = lower.decode("utf-8", errors="replace")
+    if referenced is not None:
+        return referenced if referenced in by_path else None
+    for data_file in by_partition.get((delete_file.spec_id, delete_file.partition), []):
+        path = data_file.file_path.encode("utf-8")
+        # Bounds may be truncated; a truncated lower bound is a prefix, so still <= the path.
+        if (lower is None or lower <= path) and (upper is None or path <= upper):
+            return data_file.file_path
+    return None
+
+
+def _copy_entry(entry: ManifestEntry, status: ManifestEntryStatus, snapshot_id: int | None) -> ManifestEntry:
+    return ManifestEntry.from_args(
+        status=status,
+        snapshot_id=snapshot_id,
+        sequence_number=entry.sequence_number,
+        file_sequence_number=entry.file_sequence_number,
+        data_file=entry.data_file,
+    )
+
+
+def _manifest_filter(metadata: TableMetadata, files: Sequence[DataFile]) -> Callable[[ManifestFile], bool]:
+    """Return a test "may this manifest list one of ``files``?", pruning by spec and partition summaries.
+
+    Answers ``True`` whenever it cannot tell (unknown spec id, a partition value it cannot bind).
+    """
+    partitions: dict[int, set[Record]] = defaultdict(set)
+    for data_file in files:
+        try:
+            partitions[data_file.spec_id].add(data_file.partition)
+        except AttributeError:
+            return lambda manifest: True
+    specs = metadata.specs()
+    evaluators: dict[int, Callable[[ManifestFile], bool]] = {}
+
+    def may_hold(manifest: ManifestFile) -> bool:
+        spec_id = manifest.partition_spec_id
+        if spec_id not in partitions:
+            return False
+        spec = specs[spec_id]
+        if spec.is_unpartitioned():
+            return True
+        if spec_id not in evaluators:
+            evaluators[spec_id] = _partition_evaluator(spec, metadata, partitions[spec_id])
+        try:
+            return evaluators[spec_id](manifest)
+        except (TypeError, ValueError):
+            return True
+
+    return may_hold
+
+
+def _partition_evaluator(
+    spec: PartitionSpec, metadata: TableMetadata, partitions: set[Record]
+) -> Callable[[ManifestFile], bool]:
+    schema = metadata.schema()
+    try:
+        names = [field.name for field in spec.partition_type(schema).fields]
+        clauses: list[BooleanExpression] = []
+        for partition in partitions:
+            terms: list[BooleanExpression] = [
+                IsNull(term=Reference(name))
+                if partition[pos] is None
+                else EqualTo(term=Reference(name), value=partition[pos])
+                for pos, name in enumerate(names)
+            ]
+            clauses.append(terms[0] if len(terms) == 1 else And(*terms))
+        predicate = clauses[0] if len(clauses) == 1 else Or(*clauses)
+        return manifest_evaluator(spec, schema, predicate)
+    except (TypeError, ValueError):
+        # Pruning is an optimisation: read the manifest rather than fail on an unusual partition type.
+        return lambda manifest: True
+
+
+def _add_totals(properties: dict[str, str], previous: Mapping[str, str] | None) -> None:
+    """Carry the ``total-*`` counts from the parent, as Java's SnapshotProducer and PyIceberg do."""
+    if previous is None:
+        previous = {total: "0" for total, _, _ in _TOTALS}
+    for total, added, removed in _TOTALS:
+        previous_total = previous.get(total)
+        if previous_total is None:
+            continue  # Java skips a total the parent did not have
+        try:
+            value = int(previous_total) + int(properties.get(added, "0")) - int(properties.get(removed, "0"))
+        except ValueError:
+            continue
+        if value >= 0:
+            properties[total] = str(value)

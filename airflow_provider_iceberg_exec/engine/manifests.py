@@ -1,0 +1,235 @@
+"""Reading and writing manifests, including the delete manifests PyIceberg 0.12 cannot write.
+
+PyIceberg's ``ManifestWriterV2`` hard-codes ``content = data`` and reads ``data_file`` with the v2 field
+layout, which drops ``referenced_data_file`` (field 143; optional in v2 since the spec added file-scoped
+position deletes). A commit that rewrites a delete manifest would silently lose that field, so this
+module:
+
+- reads every manifest into the v3 ``data_file`` layout (a superset of v1 and v2, same positions for
+  the first 16 fields), keeping ``referenced_data_file``;
+- writes v1 and v2 manifests from that layout, for either content (``data`` or ``deletes``), with the
+  v2 file schema extended by field 143 and the ``schema-id`` key the v2 spec requires.
+
+Sequence numbers are written as given: ``None`` on an ADDED entry means "inherit the snapshot's",
+anything else is explicit (spec, "Sequence Number Inheritance").
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from pyiceberg.avro.codecs import AvroCompressionCodec
+from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.io import FileIO, OutputFile
+from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
+    MANIFEST_ENTRY_SCHEMAS,
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriter,
+    ManifestWriterV1,
+    ManifestWriterV2,
+    _inherit_from_manifest,
+    data_file_with_partition,
+    manifest_entry_schema_with_data_file,
+)
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.typedef import TableVersion
+from pyiceberg.types import StructType
+
+__all__ = [
+    "REFERENCED_DATA_FILE_FIELD_ID",
+    "new_manifest_writer",
+    "read_manifest_entries",
+    "referenced_data_file",
+    "to_record_layout",
+]
+
+#: ``data_file.referenced_data_file``: the data file every delete in a delete file points at.
+REFERENCED_DATA_FILE_FIELD_ID = 143
+
+# In memory every DataFile uses the v3 layout; v2's 16 fields are its prefix.
+_RECORD_VERSION: TableVersion = 3
+_RECORD_FIELD_COUNT = len(DATA_FILE_TYPE[_RECORD_VERSION].fields)
+_REFERENCED_DATA_FILE_POS = next(
+    pos
+    for pos, field in enumerate(DATA_FILE_TYPE[_RECORD_VERSION].fields)
+    if field.field_id == REFERENCED_DATA_FILE_FIELD_ID
+)
+
+
+def to_record_layout(data_file: DataFile) -> DataFile:
+    """Return ``data_file`` in the v3 field layout this module writes from.
+
+    PyIceberg builds data files with the v2 layout (16 fields); the missing v3 fields are ``None``.
+
+    :param data_file: a data or delete file in the v2 or v3 layout.
+    :returns: the same file (when already in the v3 layout) or a padded copy with the same ``spec_id``.
+    """
+    if len(data_file) == _RECORD_FIELD_COUNT:
+        return data_file
+    if len(data_file) != len(DATA_FILE_TYPE[2].fields):
+        raise ValueError(f"unexpected data_file layout with {len(data_file)} fields: {data_file.file_path}")
+    values = [data_file[pos] for pos in range(len(data_file))]
+    padded = DataFile(*values, *([None] * (_RECORD_FIELD_COUNT - len(values))))
+    # PyIceberg's writers leave spec_id unset; callers then fall back to the table's default spec.
+    with contextlib.suppress(AttributeError):
+        padded.spec_id = data_file.spec_id
+    return padded
+
+
+def referenced_data_file(data_file: DataFile) -> str | None:
+    """Return ``referenced_data_file`` of a delete file, or ``None`` (unknown, or not in the layout).
+
+    :param data_file: a delete file, ideally read by :func:`read_manifest_entries`.
+    :returns: the referenced data file location, if recorded.
+    """
+    if len(data_file) <= _REFERENCED_DATA_FILE_POS:
+        return None
+    value = data_file[_REFERENCED_DATA_FILE_POS]
+    return value if isinstance(value, str) else None
+
+
+def read_manifest_entries(
+    io: FileIO, manifest: ManifestFile, *, discard_deleted: bool = True
+) -> list[ManifestEntry]:
+    """Read a manifest's entries in the v3 layout, with sequence numbers and spec id inherited.
+
+    Same as :meth:`pyiceberg.manifest.ManifestFile.fetch_manifest_entry` except for the read schema,
+    which keeps ``referenced_data_file``.
+
+    :param io: the table's FileIO.
+    :param manifest: a manifest-list entry.
+    :param discard_deleted: drop entries with status DELETED.
+    :returns: the entries, in file order.
+    """
+    with AvroFile[ManifestEntry](
+        io.new_input(manifest.manifest_path),
+        MANIFEST_ENTRY_SCHEMAS[_RECORD_VERSION],
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    ) as reader:
+        return [
+            _inherit_from_manifest(entry, manifest)
+            for entry in reader
+            if not discard_deleted or entry.status != ManifestEntryStatus.DELETED
+        ]
+
+
+def _entry_schema(spec: PartitionSpec, schema: Schema, version: TableVersion) -> Schema:
+    data_file_type = data_file_with_partition(
+        partition_type=spec.partition_type(schema), format_version=version
+    )
+    if version == 2:
+        # v2 allows referenced_data_file (optional); PyIceberg's v2 schema omits it.
+        field_143 = DATA_FILE_TYPE[_RECORD_VERSION].field(REFERENCED_DATA_FILE_FIELD_ID)
+        if field_143 is None:  # pragma: no cover - guards a future PyIceberg layout change
+            raise RuntimeError("PyIceberg's v3 data_file type has no referenced_data_file field")
+        data_file_type = StructType(*data_file_type.fields, field_143)
+    return manifest_entry_schema_with_data_file(format_version=version, data_file=data_file_type)
+
+
+def _in_record_layout(entry: ManifestEntry) -> ManifestEntry:
+    return ManifestEntry.from_args(
+        status=entry.status,
+        snapshot_id=entry.snapshot_id,
+        sequence_number=entry.sequence_number,
+        file_sequence_number=entry.file_sequence_number,
+        data_file=to_record_layout(entry.data_file),
+    )
+
+
+class _ManifestWriterV1(ManifestWriterV1):
+    """PyIceberg's v1 writer, fed with v3-layout records."""
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=_entry_schema(self._spec, self._schema, 1),
+            record_schema=_entry_schema(self._spec, self._schema, _RECORD_VERSION),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+    def add_entry(self, entry: ManifestEntry) -> ManifestWriter:
+        return super().add_entry(_in_record_layout(entry))
+
+
+class _ManifestWriterV2(ManifestWriterV2):
+    """PyIceberg's v2 writer with a content of our choice, field 143 and ``schema-id``."""
+
+    def __init__(
+        self,
+        content: ManifestContent,
+        spec: PartitionSpec,
+        schema: Schema,
+        output_file: OutputFile,
+        snapshot_id: int,
+        avro_compression: AvroCompressionCodec,
+    ) -> None:
+        super().__init__(spec, schema, output_file, snapshot_id, avro_compression)
+        self._content = content
+
+    def content(self) -> ManifestContent:
+        return self._content
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {
+            **super()._meta,
+            "content": "deletes" if self._content == ManifestContent.DELETES else "data",
+            "schema-id": str(self._schema.schema_id),
+        }
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=_entry_schema(self._spec, self._schema, 2),
+            record_schema=_entry_schema(self._spec, self._schema, _RECORD_VERSION),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+    def add_entry(self, entry: ManifestEntry) -> ManifestWriter:
+        is_delete_file = entry.data_file.content != DataFileContent.DATA
+        if is_delete_file != (self._content == ManifestContent.DELETES):
+            raise ValueError(f"cannot write {entry.data_file.content!r} into a {self._content!r} manifest")
+        return super().add_entry(_in_record_layout(entry))
+
+
+def new_manifest_writer(
+    *,
+    format_version: int,
+    content: ManifestContent,
+    spec: PartitionSpec,
+    schema: Schema,
+    output_file: OutputFile,
+    snapshot_id: int,
+    avro_compression: AvroCompressionCodec,
+) -> ManifestWriter:
+    """Open a manifest writer for a v1 or v2 table; use it as a context manager.
+
+    :param format_version: the table's format version, 1 or 2.
+    :param content: ``DATA`` or ``DELETES`` (v2 only).
+    :param spec: the partition spec of every file written.
+    :param schema: the table's current schema.
+    :param output_file: where the manifest goes.
+    :param snapshot_id: the snapshot being produced; written on ADDED and DELETED entries.
+    :param avro_compression: the table's ``write.avro.compression-codec``.
+    :returns: a writer whose :meth:`~pyiceberg.manifest.ManifestWriter.to_manifest_file` gives the
+        manifest-list entry (sequence numbers left for the manifest-list writer to assign).
+    :raises ValueError: for format version 3 or more, or delete content in a v1 table.
+    """
+    if format_version == 1:
+        if content != ManifestContent.DATA:
+            raise ValueError("v1 tables have no delete manifests")
+        return _ManifestWriterV1(spec, schema, output_file, snapshot_id, avro_compression)
+    if format_version == 2:
+        return _ManifestWriterV2(content, spec, schema, output_file, snapshot_id, avro_compression)
+    raise ValueError(f"cannot write manifests for format version {format_version}")
