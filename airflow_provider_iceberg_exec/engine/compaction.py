@@ -1,0 +1,582 @@
+"""Data-file compaction: plan groups, rewrite each group in one bounded execution, commit ``replace``.
+
+Three steps that exchange small JSON documents, so that they can run in one process (:func:`compact`),
+from the CLI, or as separate Airflow tasks:
+
+``plan_compaction`` -> a plan with one task per file group -> ``execute_rewrite_task`` per task -> a
+result per task -> ``commit_compaction`` -> one ``replace`` snapshot per commit batch.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_iceberg_exec.engine.commit import commit_rewrite
+from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, Strategy
+from airflow_provider_iceberg_exec.engine.contracts import (
+    COMPACTION_PLAN,
+    COMPACTION_RESULT,
+    REWRITE_RESULT,
+    REWRITE_TASK,
+    check_envelope,
+    envelope,
+)
+from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_json, data_file_to_json
+from airflow_provider_iceberg_exec.engine.errors import (
+    CommitValidationError,
+    ConfigurationError,
+    IcebergExecError,
+    ResourceLimitError,
+)
+from airflow_provider_iceberg_exec.engine.planning import FileCandidate, plan_file_groups
+from airflow_provider_iceberg_exec.engine.read import iter_group_batches
+from airflow_provider_iceberg_exec.engine.scan import ScannedFile, parse_where, scan_data_files
+from airflow_provider_iceberg_exec.engine.session import build_session, track_resources
+from airflow_provider_iceberg_exec.engine.sorting import (
+    SortKey,
+    match_table_sort_order,
+    parse_sort_order,
+    table_sort_keys,
+    transform_of,
+)
+from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+__all__ = ["commit_compaction", "compact", "execute_rewrite_task", "plan_compaction"]
+
+log = logging.getLogger(__name__)
+
+_HIDDEN_PREFIX = "__iceberg_exec_"
+_STAGE_ROW_GROUP_BYTES = 16 * 1024 * 1024
+
+
+def plan_compaction(
+    table: Table,
+    *,
+    where: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    strategy: str = "binpack",
+    sort_order: str | None = None,
+    branch: str = "main",
+) -> dict[str, Any]:
+    """Plan a compaction of ``table`` with Spark's ``rewrite_data_files`` semantics.
+
+    Files that may hold rows matching ``where`` are candidates; Spark's file and group filters choose
+    what to rewrite. Nothing is written.
+
+    :param where: a PyIceberg row filter, e.g. ``"day >= '2026-01-01' and region = 'eu'"``.
+    :param options: Spark's options by name (``target-file-size-bytes``, ``min-input-files``, ...).
+    :param strategy: ``binpack`` or ``sort``.
+    :param sort_order: for ``sort``: ``"col ASC NULLS LAST, ..."``; default: the table's sort order.
+    :param branch: the branch to compact.
+    :returns: the plan document (``iceberg-exec/compaction-plan@1``): its ``tasks`` are the inputs of
+        :func:`execute_rewrite_task`.
+    :raises ConfigurationError: for bad options, strategy, sort order or filter.
+    """
+    table.refresh()
+    metadata = table.metadata
+    schema = metadata.schema()
+    resolved = CompactionOptions.from_options(options, metadata.properties)
+    chosen = _strategy(strategy)
+    keys = _sort_keys(table, chosen, sort_order)
+    output_spec_id = resolved.output_spec_id if resolved.output_spec_id is not None else metadata.default_spec_id
+    if output_spec_id not in metadata.specs():
+        raise ConfigurationError(
+            f"output-spec-id {output_spec_id} is not a partition spec of the table; valid: {sorted(metadata.specs())}"
+        )
+    row_filter = parse_where(where, schema)
+    snapshot = table.snapshot_by_name(branch)
+    doc = {
+        "table": _table_name(table),
+        "branch": branch,
+        "base_snapshot_id": snapshot.snapshot_id if snapshot else None,
+        "strategy": chosen.value,
+        "sort_order": ", ".join(k.to_text() for k in keys) if keys else None,
+        "where": where,
+        "options": resolved.to_options(),
+    }
+    if snapshot is None:
+        log.info("table %s has no snapshot on branch %s: nothing to compact", doc["table"], branch)
+        return envelope(COMPACTION_PLAN, {**doc, "tasks": [], "skipped": [], "commit_batches": []})
+
+    scanned = scan_data_files(table, snapshot, row_filter)
+    candidates = [
+        FileCandidate(
+            path=f.data_file.file_path,
+            size_bytes=f.data_file.file_size_in_bytes,
+            record_count=f.data_file.record_count,
+            spec_id=f.data_file.spec_id,
+            partition=tuple(f.data_file.partition),
+            delete_file_count=len(f.delete_files),
+            handle=f,
+        )
+        for f in scanned
+    ]
+    outcome = plan_file_groups(
+        candidates, resolved, current_spec_id=metadata.default_spec_id, output_spec_id=output_spec_id
+    )
+    for path, reason in outcome.skipped:
+        log.warning("left out %s: %s", path, reason)
+    batch_of = {gid: number for number, batch in enumerate(outcome.commit_batches) for gid in batch}
+    specs = metadata.specs()
+    tasks = []
+    for group in outcome.groups:
+        files = [candidate.handle for candidate in group.files]
+        tasks.append(
+            envelope(
+                REWRITE_TASK,
+                {
+                    "table": doc["table"],
+                    "branch": branch,
+                    "group_id": group.group_id,
+                    "commit_batch": batch_of[group.group_id],
+                    "base_snapshot_id": snapshot.snapshot_id,
+                    "base_sequence_number": snapshot.sequence_number,
+                    "strategy": chosen.value,
+                    "sort_order": doc["sort_order"],
+                    "options": doc["options"],
+                    "output_spec_id": output_spec_id,
+                    "needs_repartition": group.needs_repartition,
+                    "input_bytes": group.input_bytes,
+                    "data_files": [_scanned_to_json(f, specs, schema) for f in files if isinstance(f, ScannedFile)],
+                },
+            )
+        )
+    log.info(
+        "planned %d group(s) over %d of %d candidate file(s) of %s at snapshot %s",
+        len(tasks),
+        sum(len(g.files) for g in outcome.groups),
+        len(candidates),
+        doc["table"],
+        snapshot.snapshot_id,
+    )
+    return envelope(
+        COMPACTION_PLAN,
+        {
+            **doc,
+            "tasks": tasks,
+            "skipped": [{"path": p, "reason": r} for p, r in outcome.skipped],
+            "commit_batches": [list(b) for b in outcome.commit_batches],
+        },
+    )
+
+
+def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
+    """Rewrite one file group in a bounded execution and return its result document.
+
+    Rows are streamed: read file by file, sorted by DataFusion (spilling) when the strategy is ``sort`` or
+    the rows must move to another partition spec, and written as new data files. On any failure every
+    file this task wrote is removed.
+
+    :returns: ``iceberg-exec/rewrite-result@1`` with the new files as DataFile JSON.
+    :raises ConfigurationError: for a malformed task or one that does not fit the table.
+    :raises DataFileReadError: when an input file is missing or corrupt.
+    :raises ResourceLimitError: when the memory pool or the spill disk runs out.
+    """
+    check_envelope(task, REWRITE_TASK)
+    metadata = table.metadata
+    schema = metadata.schema()
+    specs = metadata.specs()
+    output_spec_id = int(task["output_spec_id"])
+    if output_spec_id not in specs:
+        raise ConfigurationError(f"task output spec {output_spec_id} is not a partition spec of the table")
+    output_spec = specs[output_spec_id]
+    entries = task["data_files"]
+    inputs = [data_file_from_json(e["data-file"], specs, schema) for e in entries]
+    with_deletes = [e["data-file"]["file-path"] for e in entries if e.get("delete-files")]
+    if with_deletes:
+        raise ConfigurationError(
+            f"{len(with_deletes)} input file(s) have delete files, e.g. {with_deletes[0]}; rewriting them "
+            "without applying their deletes would resurrect deleted rows"
+        )
+    options = CompactionOptions.from_options(task.get("options"))
+    strategy = _strategy(str(task.get("strategy", "binpack")))
+    keys = parse_sort_order(task["sort_order"], schema) if task.get("sort_order") else ()
+    needs_order = strategy is Strategy.SORT or bool(task.get("needs_repartition"))
+    sort_order_id = None
+    if strategy is Strategy.SORT:
+        sort_order_id = match_table_sort_order(keys, metadata.sort_orders_by_id(), schema)  # type: ignore[attr-defined]
+        if sort_order_id is None:
+            log.warning("sort order %r is not one of the table's orders: files are stamped unsorted", task["sort_order"])
+            sort_order_id = 0
+    from pyiceberg.table.locations import load_location_provider
+
+    group_id = str(task["group_id"])
+    expected_rows = sum(f.record_count for f in inputs)
+    with track_resources(limits) as (spill_dir, stats):
+        writer = RollingDataFileWriter(
+            io=table.io,
+            location_provider=load_location_provider(metadata.location, metadata.properties),
+            schema=schema,
+            spec=output_spec,
+            properties=metadata.properties,
+            target_file_size_bytes=options.target_file_size_bytes,
+            buffer_bytes=limits.writer_buffer_bytes,
+            sort_order_id=sort_order_id,
+            file_prefix=group_id,
+        )
+        try:
+            batches = iter_group_batches(
+                table.io,
+                inputs,
+                table_schema=schema,
+                specs=specs,
+                name_mapping=metadata.name_mapping(),
+                format_version=metadata.format_version,
+                batch_size=limits.batch_size,
+            )
+            if needs_order:
+                batches = _ordered(batches, keys, output_spec, schema, limits, spill_dir)
+            splitter = PartitionSplitter(output_spec, schema)
+            for batch in batches:
+                for partition_key, run in splitter.split(batch):
+                    writer.write(partition_key, run)
+            added = writer.close()
+            if writer.rows_written != expected_rows:
+                raise IcebergExecError(
+                    f"group {group_id} read {expected_rows} rows but wrote {writer.rows_written}; nothing committed"
+                )
+        except BaseException as err:
+            writer.abort()
+            mapped = _resource_error(err)
+            if mapped is err:
+                raise
+            raise mapped from err
+    added_bytes = sum(f.file_size_in_bytes for f in added)
+    log.info(
+        "group %s: %d file(s), %d bytes -> %d file(s), %d bytes, %d rows; peak RSS %d MiB, spilled %d MiB",
+        group_id,
+        len(inputs),
+        sum(f.file_size_in_bytes for f in inputs),
+        len(added),
+        added_bytes,
+        writer.rows_written,
+        stats.peak_rss_bytes >> 20,
+        stats.spilled_bytes >> 20,
+    )
+    return envelope(
+        REWRITE_RESULT,
+        {
+            "table": task["table"],
+            "branch": task.get("branch", "main"),
+            "group_id": group_id,
+            "commit_batch": task.get("commit_batch", 0),
+            "base_snapshot_id": task["base_snapshot_id"],
+            "options": task.get("options", {}),
+            "rewritten_data_files": [e["data-file"] for e in entries],
+            "added_data_files": [data_file_to_json(f, output_spec, schema) for f in added],
+            "removed_delete_files": [],
+            "rewritten_bytes_count": sum(f.file_size_in_bytes for f in inputs),
+            "added_bytes_count": added_bytes,
+            "rewritten_records": expected_rows,
+            "added_records": writer.rows_written,
+            "peak_rss_bytes": stats.peak_rss_bytes,
+            "spilled_bytes": stats.spilled_bytes,
+            "elapsed_seconds": round(stats.elapsed_seconds, 3),
+        },
+    )
+
+
+def commit_compaction(
+    table: Table, results: Sequence[Mapping[str, Any]], *, commit_id: str, failed_data_files_count: int = 0
+) -> dict[str, Any]:
+    """Commit rewrite results as ``replace`` snapshots, one per commit batch, idempotently.
+
+    Each batch commits with id ``<commit_id>`` (or ``<commit_id>.<batch>`` when there are several), so a
+    retry of the whole call skips the batches that already landed. Under ``partial-progress.enabled`` a
+    batch that fails validation is counted and skipped, up to ``partial-progress.max-failed-commits``;
+    otherwise the first failure raises.
+
+    :param failed_data_files_count: files of groups whose rewrite already failed (partial progress).
+    :raises CommitValidationError: when validation from the base snapshot fails (re-plan).
+    :raises CommitConflictError: when the catalog kept rejecting the commit (retry later).
+    :raises CommitStateUnknownError: when the catalog's answer is unknown.
+    """
+    docs = [check_envelope(r, REWRITE_RESULT) for r in results]
+    summary: dict[str, Any] = {
+        "table": _table_name(table),
+        "rewritten_data_files_count": 0,
+        "added_data_files_count": 0,
+        "rewritten_bytes_count": 0,
+        "failed_data_files_count": failed_data_files_count,
+        "removed_delete_files_count": 0,
+        "snapshot_ids": [],
+        "already_committed": False,
+        "commits": [],
+        "peak_rss_bytes": max((int(d.get("peak_rss_bytes", 0)) for d in docs), default=0),
+        "spilled_bytes": sum(int(d.get("spilled_bytes", 0)) for d in docs),
+    }
+    if not docs:
+        log.info("nothing to commit for %s", summary["table"])
+        return envelope(COMPACTION_RESULT, summary)
+    bases = {(d["table"], d["base_snapshot_id"], d.get("branch", "main")) for d in docs}
+    if len(bases) != 1:
+        raise ConfigurationError(f"results come from different plans {sorted(map(str, bases))}; commit each plan alone")
+    (_, base_snapshot_id, branch) = bases.pop()
+    options = CompactionOptions.from_options(docs[0].get("options"))
+    batches: dict[int, list[Mapping[str, Any]]] = {}
+    for doc in docs:
+        batches.setdefault(int(doc.get("commit_batch", 0)), []).append(doc)
+    table.refresh()
+    schema = table.metadata.schema()
+    specs = table.metadata.specs()
+    failed_commits = 0
+    all_already = True
+    for number, batch in sorted(batches.items()):
+        rewritten = [data_file_from_json(f, specs, schema) for d in batch for f in d["rewritten_data_files"]]
+        added = [data_file_from_json(f, specs, schema) for d in batch for f in d["added_data_files"]]
+        batch_id = commit_id if len(batches) == 1 else f"{commit_id}.{number}"
+        try:
+            _check_outputs_exist(table, added)
+            outcome = commit_rewrite(
+                table,
+                base_snapshot_id=int(base_snapshot_id),
+                rewritten_data_files=rewritten,
+                added_data_files=added,
+                commit_id=batch_id,
+                use_starting_sequence_number=options.use_starting_sequence_number,
+                branch=branch,
+            )
+        except CommitValidationError as err:
+            # Validation failures repeat on any retry, so the new files can never be committed.
+            _delete_quietly(table, added)
+            if not options.partial_progress_enabled:
+                raise
+            failed_commits += 1
+            summary["failed_data_files_count"] += len(rewritten)
+            log.warning("commit batch %d failed validation: %s", number, err)
+            if failed_commits > options.max_failed_commits:
+                raise CommitValidationError(
+                    f"{failed_commits} commit batches failed, more than partial-progress.max-failed-commits="
+                    f"{options.max_failed_commits}; last: {err}"
+                ) from err
+            continue
+        all_already = all_already and outcome.already_committed
+        summary["rewritten_data_files_count"] += len(rewritten)
+        summary["added_data_files_count"] += len(added)
+        summary["rewritten_bytes_count"] += sum(f.file_size_in_bytes for f in rewritten)
+        summary["snapshot_ids"].append(outcome.snapshot_id)
+        summary["commits"].append(
+            {
+                "commit_batch": number,
+                "commit_id": batch_id,
+                "snapshot_id": outcome.snapshot_id,
+                "already_committed": outcome.already_committed,
+                "group_ids": [d["group_id"] for d in batch],
+            }
+        )
+        log.info(
+            "commit batch %d: snapshot %s%s (%d files -> %d files)",
+            number,
+            outcome.snapshot_id,
+            " (already committed)" if outcome.already_committed else "",
+            len(rewritten),
+            len(added),
+        )
+    summary["already_committed"] = bool(summary["commits"]) and all_already
+    return envelope(COMPACTION_RESULT, summary)
+
+
+def compact(
+    table: Table,
+    *,
+    where: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    strategy: str = "binpack",
+    sort_order: str | None = None,
+    branch: str = "main",
+    limits: ResourceLimits | None = None,
+    commit_id: str | None = None,
+) -> dict[str, Any]:
+    """Plan, rewrite every group and commit: Spark's ``rewrite_data_files`` in one call.
+
+    Groups run one after another, each bounded by ``limits``. Without partial progress a failing group
+    removes what every group wrote and raises; with it, the failure is counted and the rest commit.
+
+    >>> # compact(table, options={"target-file-size-bytes": "134217728"}, limits=ResourceLimits())
+    """
+    limits = limits or ResourceLimits()
+    plan = plan_compaction(table, where=where, options=options, strategy=strategy, sort_order=sort_order, branch=branch)
+    resolved = CompactionOptions.from_options(plan["options"])
+    results: list[dict[str, Any]] = []
+    failed_files = 0
+    for number, task in enumerate(plan["tasks"], start=1):
+        log.info("rewriting group %d of %d (%s, %d files)", number, len(plan["tasks"]), task["group_id"], len(task["data_files"]))
+        try:
+            results.append(execute_rewrite_task(table, task, limits))
+        except IcebergExecError:
+            if not resolved.partial_progress_enabled:
+                for done in results:
+                    _delete_quietly(table, [data_file_from_json(f, table.metadata.specs(), table.metadata.schema()) for f in done["added_data_files"]])
+                raise
+            failed_files += len(task["data_files"])
+            log.exception("group %s failed; continuing under partial progress", task["group_id"])
+    outcome = commit_compaction(
+        table, results, commit_id=commit_id or uuid.uuid4().hex, failed_data_files_count=failed_files
+    )
+    outcome["plan"] = {"base_snapshot_id": plan["base_snapshot_id"], "groups": len(plan["tasks"]), "skipped": len(plan["skipped"])}
+    return outcome
+
+
+def _strategy(text: str) -> Strategy:
+    try:
+        return Strategy(text.lower())
+    except ValueError:
+        raise ConfigurationError(f"unsupported strategy {text!r}; only binpack or sort is supported") from None
+
+
+def _sort_keys(table: Table, strategy: Strategy, sort_order: str | None) -> tuple[SortKey, ...]:
+    schema = table.metadata.schema()
+    if strategy is Strategy.BINPACK:
+        if sort_order:
+            raise ConfigurationError("a sort order needs strategy 'sort'; drop it or pass --strategy sort")
+        return ()
+    if sort_order:
+        return parse_sort_order(sort_order, schema)
+    order = table.sort_order()
+    if order.is_unsorted:
+        raise ConfigurationError("strategy 'sort' needs a sort order and the table has none; pass one")
+    return table_sort_keys(order, schema)
+
+
+def _table_name(table: Table) -> str:
+    return ".".join(table.name())
+
+
+def _scanned_to_json(scanned: ScannedFile, specs: Mapping[int, PartitionSpec], schema: Schema) -> dict[str, Any]:
+    data_file = scanned.data_file
+    return {
+        "data-file": data_file_to_json(data_file, specs[data_file.spec_id], schema),
+        "data-sequence-number": scanned.data_sequence_number,
+        "delete-files": [
+            {"content-file": data_file_to_json(d.data_file, specs[d.data_file.spec_id], schema), "data-sequence-number": d.data_sequence_number}
+            for d in scanned.delete_files
+        ],
+    }
+
+
+def _ordered(
+    batches: Iterator[pa.RecordBatch],
+    keys: Sequence[SortKey],
+    spec: PartitionSpec,
+    schema: Schema,
+    limits: ResourceLimits,
+    spill_dir: str,
+) -> Iterator[pa.RecordBatch]:
+    """Sort rows by the output partition, then by ``keys``, in DataFusion under the memory limit.
+
+    The rows are first staged into one local Parquet file, so DataFusion reads a single streaming source
+    instead of polling every input file at once; transformed keys become hidden columns.
+    """
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+    from datafusion import col
+
+    hidden: list[tuple[str, Any, bool, bool]] = []  # (name, fn(batch) -> array, ascending, nulls_first)
+    for i, partition_field in enumerate(spec.fields):
+        source = schema.find_field(partition_field.source_id)
+        column = schema.find_column_name(partition_field.source_id)
+        fn = partition_field.transform.pyarrow_transform(source.field_type)
+        hidden.append((f"{_HIDDEN_PREFIX}p{i}", _keyed(column, fn), True, True))
+    for j, key in enumerate(keys):
+        source = schema.find_field(key.source_id)
+        if key.transform == "identity":
+            fn = None
+        else:
+            fn = transform_of(key).pyarrow_transform(source.field_type)
+        hidden.append((f"{_HIDDEN_PREFIX}s{j}", _keyed(key.column, fn), key.ascending, key.nulls_first))
+
+    stage_path = os.path.join(spill_dir, "stage.parquet")
+    writer = None
+    buffered: list[pa.RecordBatch] = []
+    buffered_bytes = 0
+    width = 0
+    try:
+        for batch in batches:
+            width = batch.num_columns
+            extra = [fn(batch) for _name, fn, _asc, _nf in hidden]
+            staged = pa.RecordBatch.from_arrays(
+                [*batch.columns, *extra], names=[*batch.schema.names, *[h[0] for h in hidden]]
+            )
+            if writer is None:
+                writer = pq.ParquetWriter(stage_path, staged.schema, compression="lz4")
+            buffered.append(staged)
+            buffered_bytes += staged.nbytes
+            if buffered_bytes >= _STAGE_ROW_GROUP_BYTES:
+                writer.write_table(pa.Table.from_batches(buffered))
+                buffered, buffered_bytes = [], 0
+        if writer is None:
+            return
+        if buffered:
+            writer.write_table(pa.Table.from_batches(buffered))
+        writer.close()
+        writer = None
+        ctx = build_session(limits, spill_dir)
+        fmt = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
+        ctx.register_dataset("staged", ds.dataset(stage_path, format=fmt))
+        frame = ctx.table("staged").sort(
+            *(col(name).sort(ascending=asc, nulls_first=nulls_first) for name, _fn, asc, nulls_first in hidden)
+        )
+        for batch in frame.execute_stream():
+            arrow = batch.to_pyarrow()
+            yield arrow.select(list(range(width)))
+    finally:
+        if writer is not None:
+            writer.close()
+        if os.path.exists(stage_path):
+            os.remove(stage_path)
+
+
+def _keyed(column: str | None, fn: Any) -> Any:
+    from airflow_provider_iceberg_exec.engine.write import _column
+
+    if column is None:
+        raise ConfigurationError("a partition or sort field refers to a dropped column")
+
+    def compute(batch: pa.RecordBatch) -> pa.Array:
+        values = _column(batch, column)
+        return fn(values) if fn is not None else values
+
+    return compute
+
+
+def _resource_error(err: BaseException) -> BaseException:
+    """Turn DataFusion's and the OS's out-of-resource errors into ResourceLimitError."""
+    if isinstance(err, IcebergExecError):
+        return err
+    text = str(err)
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC or "No space left on device" in text:
+        return ResourceLimitError(f"the spill disk is full: {text.splitlines()[0] if text else err}; free space or raise the limit")
+    if "Resources exhausted" in text:
+        first = text.splitlines()[0]
+        return ResourceLimitError(f"the memory limit is too small for this group: {first}; raise --memory-limit")
+    return err
+
+
+def _check_outputs_exist(table: Table, added: Sequence[DataFile]) -> None:
+    for data_file in added:
+        if not table.io.new_input(data_file.file_path).exists():
+            raise CommitValidationError(
+                f"output file {data_file.file_path} no longer exists (an earlier failed commit removed it); "
+                "plan and rewrite again"
+            )
+
+
+def _delete_quietly(table: Table, files: Sequence[DataFile]) -> None:
+    for data_file in files:
+        try:
+            table.io.delete(data_file.file_path)
+        except (FileNotFoundError, OSError):
+            log.warning("could not remove %s", data_file.file_path)

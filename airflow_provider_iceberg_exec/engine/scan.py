@@ -1,0 +1,143 @@
+"""Scanning a snapshot's manifests: the live data files that may match a filter, with the delete files
+that apply to each of them by the spec's rules (sequence numbers, spec and partition)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import chain
+from typing import TYPE_CHECKING
+
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.manifest import DataFile, ManifestEntry
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+__all__ = ["ScannedDelete", "ScannedFile", "parse_where", "scan_data_files"]
+
+
+@dataclass(frozen=True)
+class ScannedDelete:
+    """A live delete file and its data sequence number."""
+
+    data_file: DataFile
+    data_sequence_number: int
+
+
+@dataclass(frozen=True)
+class ScannedFile:
+    """A live data file, its data sequence number, and the delete files that apply to it."""
+
+    data_file: DataFile
+    data_sequence_number: int
+    delete_files: tuple[ScannedDelete, ...] = ()
+
+
+def parse_where(where: str | None, schema: Schema) -> BooleanExpression:
+    """Parse and bind a PyIceberg row filter, e.g. ``"id > 10 and region = 'eu'"``.
+
+    :raises ConfigurationError: when the text does not parse or names an unknown column.
+
+    >>> from pyiceberg.schema import Schema
+    >>> from pyiceberg.types import LongType, NestedField
+    >>> parse_where("id >", Schema(NestedField(1, "id", LongType())))
+    Traceback (most recent call last):
+    ...
+    airflow_provider_iceberg_exec.engine.errors.ConfigurationError: cannot parse where 'id >'; use PyIceberg's filter syntax, e.g. "id > 10 and region = 'eu'"
+    """  # noqa: E501
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.expressions.parser import parse
+    from pyiceberg.expressions.visitors import bind
+
+    if where is None or not where.strip():
+        return AlwaysTrue()
+    try:
+        expression = parse(where)
+    except Exception as err:  # pyparsing raises its own ParseException family
+        raise ConfigurationError(
+            f"cannot parse where {where!r}; use PyIceberg's filter syntax, e.g. \"id > 10 and region = 'eu'\""
+        ) from err
+    try:
+        bind(schema, expression, case_sensitive=True)
+    except ValueError as err:
+        raise ConfigurationError(f"where {where!r} does not fit the table schema: {err}") from err
+    return expression
+
+
+def scan_data_files(table: Table, snapshot: Snapshot, row_filter: BooleanExpression) -> list[ScannedFile]:
+    """The live data files of ``snapshot`` that may hold rows matching ``row_filter``, with their deletes.
+
+    Data files are pruned by partition and column metrics (files that *may* match are kept, as Spark's
+    ``ignoreResiduals`` scan does). Delete files are never pruned by the filter: a delete file's metrics
+    describe delete keys, not the rows it removes.
+    """
+    from pyiceberg.manifest import DataFileContent, ManifestContent
+    from pyiceberg.table import ManifestGroupPlanner
+
+    io = table.io
+    metadata = table.metadata
+    manifests = snapshot.manifests(io)
+    data_manifests = [m for m in manifests if m.content == ManifestContent.DATA]
+    delete_manifests = [m for m in manifests if m.content == ManifestContent.DELETES]
+    planner = ManifestGroupPlanner(metadata, io, row_filter)
+    data_entries = [
+        e
+        for e in chain.from_iterable(planner.plan_manifest_entries(data_manifests))
+        if e.data_file.content == DataFileContent.DATA
+    ]
+    deletes = _DeleteIndex(
+        chain.from_iterable(m.fetch_manifest_entry(io, discard_deleted=True) for m in delete_manifests),
+        unpartitioned_specs={sid for sid, spec in metadata.specs().items() if spec.is_unpartitioned()},
+    )
+    return [
+        ScannedFile(
+            data_file=e.data_file,
+            data_sequence_number=_sequence(e),
+            delete_files=deletes.for_data_file(e.data_file, _sequence(e)),
+        )
+        for e in sorted(data_entries, key=lambda e: e.data_file.file_path)
+    ]
+
+
+def _sequence(entry: ManifestEntry) -> int:
+    # v1 tables have no sequence numbers: everything is sequence 0.
+    return entry.sequence_number if entry.sequence_number is not None else 0
+
+
+class _DeleteIndex:
+    """Which delete files apply to a data file (spec "Scan Planning"), erring on the side of applying."""
+
+    def __init__(self, entries: Iterable[ManifestEntry], unpartitioned_specs: set[int]) -> None:
+        from pyiceberg.manifest import DataFileContent
+
+        self._positional: dict[tuple[int, object], list[ScannedDelete]] = defaultdict(list)
+        self._equality: dict[tuple[int, object], list[ScannedDelete]] = defaultdict(list)
+        self._global_equality: list[ScannedDelete] = []
+        for entry in entries:
+            delete = ScannedDelete(entry.data_file, _sequence(entry))
+            key = (entry.data_file.spec_id, _partition_key(entry.data_file))
+            if entry.data_file.content == DataFileContent.POSITION_DELETES:
+                self._positional[key].append(delete)
+            elif entry.data_file.spec_id in unpartitioned_specs:
+                self._global_equality.append(delete)
+            else:
+                self._equality[key].append(delete)
+
+    def for_data_file(self, data_file: DataFile, sequence_number: int) -> tuple[ScannedDelete, ...]:
+        key = (data_file.spec_id, _partition_key(data_file))
+        applies = [d for d in self._positional.get(key, ()) if d.data_sequence_number >= sequence_number]
+        applies += [
+            d
+            for d in chain(self._equality.get(key, ()), self._global_equality)
+            if d.data_sequence_number > sequence_number
+        ]
+        return tuple(sorted(applies, key=lambda d: d.data_file.file_path))
+
+
+def _partition_key(data_file: DataFile) -> object:
+    return tuple(data_file.partition)

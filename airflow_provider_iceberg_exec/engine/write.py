@@ -1,0 +1,329 @@
+"""Writing record batches as Iceberg data files: Parquet with field ids, rolled at the target size.
+
+The writer buffers at most one row group (``ResourceLimits.writer_buffer_bytes`` or the table's
+``write.parquet.row-group-size-bytes``, whichever is smaller) and keeps one file open at a time, so its
+memory does not depend on the size of the output. Input must be clustered by partition: the caller sorts
+by the partition keys whenever rows of several partitions are mixed.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.io import FileIO, OutputStream
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.partitioning import PartitionKey, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.table.locations import LocationProvider
+    from pyiceberg.typedef import Record
+
+__all__ = ["PartitionSplitter", "RollingDataFileWriter", "conform_batch"]
+
+log = logging.getLogger(__name__)
+
+_ROW_GROUP_SIZE_BYTES = "write.parquet.row-group-size-bytes"
+_DEFAULT_ROW_GROUP_SIZE_BYTES = 128 * 1024 * 1024
+#: Until the first row group tells the real compression ratio, assume none, so a file cannot overshoot.
+_INITIAL_COMPRESSION_RATIO = 1.0
+
+
+def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Return ``batch`` with exactly ``schema``'s names, types and field ids (columns taken by position).
+
+    DataFusion hands back storage types for extension types and may drop field metadata; this restores
+    them without copying data where the types already agree.
+    """
+    import pyarrow as pa
+
+    columns = []
+    for column, target in zip(batch.columns, schema, strict=True):
+        if column.type == target.type:
+            columns.append(column)
+        elif isinstance(target.type, pa.ExtensionType):
+            columns.append(pa.ExtensionArray.from_storage(target.type, column.cast(target.type.storage_type)))
+        else:
+            columns.append(column.cast(target.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+class PartitionSplitter:
+    """Cut batches into runs of rows that share one partition of ``spec``."""
+
+    def __init__(self, spec: PartitionSpec, schema: Schema) -> None:
+        self._spec = spec
+        self._schema = schema
+        self._transforms = []
+        for partition_field in spec.fields:
+            source = schema.find_field(partition_field.source_id)
+            name = schema.find_column_name(partition_field.source_id)
+            if name is None:
+                raise ConfigurationError(
+                    f"partition field {partition_field.name!r} has no source column in the table schema"
+                )
+            self._transforms.append((name, partition_field, partition_field.transform.pyarrow_transform(source.field_type)))
+
+    def split(self, batch: pa.RecordBatch) -> list[tuple[PartitionKey | None, pa.RecordBatch]]:
+        """Split ``batch`` where its partition changes; each run with its partition key."""
+        import pyarrow.compute as pc
+        from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+
+        if not self._transforms:
+            return [(None, batch)]
+        if batch.num_rows == 0:
+            return []
+        keys = [fn(_column(batch, name)) for name, _field, fn in self._transforms]
+        boundaries: list[int] = []
+        if batch.num_rows > 1:
+            changed = None
+            for key in keys:
+                head, tail = key.slice(0, len(key) - 1), key.slice(1)
+                differs = pc.fill_null(pc.not_equal(head, tail), False)
+                null_flip = pc.xor(pc.is_null(head), pc.is_null(tail))
+                step = pc.or_(differs, null_flip)
+                changed = step if changed is None else pc.or_(changed, step)
+            boundaries = [i + 1 for i in pc.indices_nonzero(changed).to_pylist()]
+        runs = []
+        starts = [0, *boundaries]
+        ends = [*boundaries, batch.num_rows]
+        for start, end in zip(starts, ends, strict=True):
+            key = PartitionKey(
+                field_values=[
+                    PartitionFieldValue(field=partition_field, value=keys[i][start].as_py())
+                    for i, (_name, partition_field, _fn) in enumerate(self._transforms)
+                ],
+                partition_spec=self._spec,
+                schema=self._schema,
+            )
+            runs.append((key, batch.slice(start, end - start)))
+        return runs
+
+
+def _column(batch: pa.RecordBatch, dotted_name: str) -> pa.Array:
+    import pyarrow.compute as pc
+
+    parts = dotted_name.split(".")
+    array = batch.column(parts[0])
+    for part in parts[1:]:
+        array = pc.struct_field(array, part)
+    return array
+
+
+@dataclass
+class _OpenFile:
+    path: str
+    partition_key: PartitionKey | None
+    stream: OutputStream
+    writer: Any  # pq.ParquetWriter
+    flushed_uncompressed_bytes: int = 0
+    buffered: list[pa.RecordBatch] = field(default_factory=list)
+    buffered_bytes: int = 0
+    rows: int = 0
+
+
+class RollingDataFileWriter:
+    """Write batches of one output spec as Parquet data files of about ``target_file_size_bytes`` each.
+
+    :param io: the table's FileIO.
+    :param location_provider: the table's location provider (places files, partition paths included).
+    :param schema: the table schema the batches are in.
+    :param spec: the output partition spec.
+    :param properties: the table properties (codec, level, page and row-group sizes, metrics modes).
+    :param target_file_size_bytes: roll to a new file when the current one reaches this size.
+    :param buffer_bytes: the most a row group may buffer in memory (further capped by the table property).
+    :param sort_order_id: stamped on every file (None when rows follow no table sort order).
+    :param file_prefix: a prefix for file names, e.g. the group id.
+    """
+
+    def __init__(
+        self,
+        *,
+        io: FileIO,
+        location_provider: LocationProvider,
+        schema: Schema,
+        spec: PartitionSpec,
+        properties: Mapping[str, str],
+        target_file_size_bytes: int,
+        buffer_bytes: int,
+        sort_order_id: int | None = None,
+        file_prefix: str = "rewrite",
+    ) -> None:
+        from pyiceberg.io.pyarrow import (
+            _get_parquet_writer_kwargs,
+            compute_statistics_plan,
+            parquet_path_to_id_mapping,
+            schema_to_pyarrow,
+        )
+        from pyiceberg.schema import sanitize_column_names
+
+        self._io = io
+        self._locations = location_provider
+        self._spec = spec
+        self._schema = schema
+        file_schema = sanitize_column_names(schema)
+        self._arrow_schema = schema_to_pyarrow(file_schema, include_field_ids=True)
+        self._properties = dict(properties)
+        row_group_bytes = int(self._properties.get(_ROW_GROUP_SIZE_BYTES, _DEFAULT_ROW_GROUP_SIZE_BYTES))
+        self._row_group_bytes = max(1, min(row_group_bytes, buffer_bytes))
+        # PyIceberg warns on row-group-size-bytes because it does not implement it; we do.
+        self._writer_kwargs = _get_parquet_writer_kwargs(
+            {k: v for k, v in self._properties.items() if k != _ROW_GROUP_SIZE_BYTES}
+        )
+        self._stats_plan = compute_statistics_plan(file_schema, self._properties)
+        self._path_to_id = parquet_path_to_id_mapping(file_schema)
+        self._target = target_file_size_bytes
+        self._sort_order_id = sort_order_id
+        self._prefix = file_prefix
+        self._write_id = uuid.uuid4().hex
+        self._file_number = 0
+        self._current: _OpenFile | None = None
+        self._written: list[DataFile] = []
+        self._paths: list[str] = []
+        self._compressed_total = 0
+        self._uncompressed_total = 0
+        self.rows_written = 0
+
+    @property
+    def data_files(self) -> list[DataFile]:
+        """The files closed so far."""
+        return list(self._written)
+
+    def _ratio(self) -> float:
+        if self._uncompressed_total == 0:
+            return _INITIAL_COMPRESSION_RATIO
+        return self._compressed_total / self._uncompressed_total
+
+    def write(self, partition_key: PartitionKey | None, batch: pa.RecordBatch) -> None:
+        """Append rows that all belong to ``partition_key``'s partition."""
+        if batch.num_rows == 0:
+            return
+        batch = conform_batch(batch, self._arrow_schema)
+        current = self._current
+        if current is not None and _partition(current.partition_key) != _partition(partition_key):
+            self._close_current()
+            current = None
+        while batch.num_rows:
+            if current is None:
+                current = self._open(partition_key)
+            ratio = self._ratio()
+            room = self._target - current.stream.tell() - current.buffered_bytes * ratio
+            expected = batch.nbytes * ratio
+            if expected <= room:
+                take = batch.num_rows
+            else:
+                take = max(1, int(batch.num_rows * max(room, 0.0) / expected))
+            piece = batch.slice(0, take)
+            batch = batch.slice(take)
+            current.buffered.append(piece)
+            current.buffered_bytes += piece.nbytes
+            current.rows += piece.num_rows
+            first_group_cap = self._target / 8 if self._uncompressed_total == 0 else self._row_group_bytes
+            if current.buffered_bytes >= min(self._row_group_bytes, first_group_cap):
+                self._flush(current)
+            if batch.num_rows or current.stream.tell() + current.buffered_bytes * self._ratio() >= self._target:
+                self._close_current()
+                current = None
+
+    def _open(self, partition_key: PartitionKey | None) -> _OpenFile:
+        import pyarrow.parquet as pq
+
+        self._file_number += 1
+        name = f"{self._prefix}-{self._write_id}-{self._file_number:05d}.parquet"
+        path = self._locations.new_data_location(data_file_name=name, partition_key=partition_key)
+        stream = self._io.new_output(path).create(overwrite=False)
+        self._paths.append(path)
+        try:
+            writer = pq.ParquetWriter(stream, schema=self._arrow_schema, store_decimal_as_integer=True, **self._writer_kwargs)
+        except Exception:
+            stream.close()
+            raise
+        self._current = _OpenFile(path=path, partition_key=partition_key, stream=stream, writer=writer)
+        return self._current
+
+    def _flush(self, current: _OpenFile) -> None:
+        import pyarrow as pa
+
+        if not current.buffered:
+            return
+        table = pa.Table.from_batches(current.buffered, schema=self._arrow_schema)
+        before = current.stream.tell()
+        current.writer.write_table(table, row_group_size=table.num_rows)
+        self._compressed_total += current.stream.tell() - before
+        self._uncompressed_total += current.buffered_bytes
+        current.flushed_uncompressed_bytes += current.buffered_bytes
+        current.buffered = []
+        current.buffered_bytes = 0
+
+    def _close_current(self) -> None:
+        from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.typedef import Record
+
+        current = self._current
+        if current is None:
+            return
+        self._current = None
+        self._flush(current)
+        current.writer.close()
+        size = current.stream.tell()
+        current.stream.close()
+        if current.rows == 0:
+            self._io.delete(current.path)
+            return
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=current.writer.writer.metadata,
+            stats_columns=self._stats_plan,
+            parquet_column_mapping=self._path_to_id,
+        )
+        data_file = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=current.path,
+            file_format=FileFormat.PARQUET,
+            partition=current.partition_key.partition if current.partition_key else Record(),
+            file_size_in_bytes=size,
+            sort_order_id=self._sort_order_id,
+            spec_id=self._spec.spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **statistics.to_serialized_dict(),
+        )
+        self.rows_written += current.rows
+        self._written.append(data_file)
+        log.info("wrote %s: %d rows, %d bytes", current.path, current.rows, size)
+
+    def close(self) -> list[DataFile]:
+        """Finish the open file and return every file written."""
+        self._close_current()
+        return self.data_files
+
+    def abort(self) -> None:
+        """Remove every file this writer created, finished or not (a failed group leaves nothing behind)."""
+        current = self._current
+        self._current = None
+        if current is not None:
+            try:
+                current.writer.close()
+            finally:
+                current.stream.close()
+        for path in self._paths:
+            try:
+                self._io.delete(path)
+            except (FileNotFoundError, OSError):
+                log.warning("could not remove partial output %s", path)
+        self._written.clear()
+
+
+def _partition(key: PartitionKey | None) -> Record | None:
+    return key.partition if key is not None else None
+
+
+def sizes(files: Sequence[DataFile]) -> int:
+    """Total bytes of ``files``."""
+    return sum(f.file_size_in_bytes for f in files)

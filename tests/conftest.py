@@ -1,0 +1,28 @@
+"""Shared fixtures: an isolated PyIceberg configuration and a real SQLite-backed SQL catalog."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+
+@pytest.fixture(autouse=True)
+def _isolate_pyiceberg_config(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Never read the developer's ~/.pyiceberg.yaml or PYICEBERG_* variables."""
+    home = tmp_path_factory.mktemp("pyiceberg-home")
+    monkeypatch.setenv("PYICEBERG_HOME", str(home))
+    for name in list(__import__("os").environ):
+        if name.startswith("PYICEBERG_CATALOG__"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[SqlCatalog]:
+    """A real SQL catalog on SQLite with a local warehouse and a namespace ``ns``."""
+    cat = SqlCatalog("test", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
+    cat.create_namespace("ns")
+    yield cat
+    cat.engine.dispose()
