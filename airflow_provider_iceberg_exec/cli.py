@@ -100,7 +100,10 @@ def _summary(result: dict[str, Any]) -> str:
         "removed_delete_files_count",
     )
     lines = [f"{k}: {result[k]}" for k in keys]
-    lines.append(f"snapshot_ids: {result['snapshot_ids']}" + (" (already committed)" if result["already_committed"] else ""))
+    lines.append(
+        f"snapshot_ids: {result['snapshot_ids']}"
+        + (" (already committed)" if result["already_committed"] else "")
+    )
     lines.append(f"peak_rss_bytes: {result['peak_rss_bytes']}  spilled_bytes: {result['spilled_bytes']}")
     return "\n".join(lines)
 
@@ -163,21 +166,29 @@ def _cmd_demo(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="iceberg-exec", description="Bounded-memory Iceberg table maintenance.")
+    parser = argparse.ArgumentParser(
+        prog="iceberg-exec", description="Bounded-memory Iceberg table maintenance."
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--catalog", default="default", help="PyIceberg catalog name (default: %(default)s)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def limits(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--memory-limit", default="256MiB", help="memory limit, e.g. 256MiB (default: %(default)s)")
+        p.add_argument(
+            "--memory-limit", default="256MiB", help="memory limit, e.g. 256MiB (default: %(default)s)"
+        )
         p.add_argument("--spill-dir", help="directory for spill and staging files (default: the temp dir)")
 
     def planning(p: argparse.ArgumentParser) -> None:
         p.add_argument("table", help="NAMESPACE.TABLE")
         p.add_argument("--strategy", default="binpack", help="binpack or sort")
-        p.add_argument("--sort-order", help="for sort: 'col ASC NULLS LAST, ...' (default: the table's order)")
+        p.add_argument(
+            "--sort-order", help="for sort: 'col ASC NULLS LAST, ...' (default: the table's order)"
+        )
         p.add_argument("--where", help="PyIceberg filter selecting the files to consider")
-        p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="Spark option, repeatable")
+        p.add_argument(
+            "--option", action="append", default=[], metavar="KEY=VALUE", help="Spark option, repeatable"
+        )
         p.add_argument("--branch", default="main")
 
     compact = commands.add_parser("compact", help="plan, rewrite and commit (rewrite_data_files)")

@@ -28,7 +28,11 @@ DEMO_TABLE = "demo.events"
 def demo_catalog_properties(workdir: str) -> dict[str, str]:
     """The embedded default catalog: SQLite file and a local warehouse under ``workdir``."""
     workdir = os.path.abspath(workdir)
-    return {"type": "sql", "uri": f"sqlite:///{workdir}/catalog.db", "warehouse": f"file://{workdir}/warehouse"}
+    return {
+        "type": "sql",
+        "uri": f"sqlite:///{workdir}/catalog.db",
+        "warehouse": f"file://{workdir}/warehouse",
+    }
 
 
 def _demo_batch(start: int, rows: int, seed: int) -> pa.Table:
@@ -36,7 +40,9 @@ def _demo_batch(start: int, rows: int, seed: int) -> pa.Table:
 
     base = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
     ids = list(range(start, start + rows))
-    digest = [int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(), "little") for i in ids]
+    digest = [
+        int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(), "little") for i in ids
+    ]
     return pa.table(
         {
             "id": pa.array(ids, pa.int64()),
@@ -44,7 +50,10 @@ def _demo_batch(start: int, rows: int, seed: int) -> pa.Table:
             "region": pa.array([("eu", "us", "apac")[d % 3] for d in digest], pa.string()),
             "amount": pa.array([decimal.Decimal(d % 1_000_000) / 100 for d in digest], pa.decimal128(12, 2)),
             "score": pa.array([(d % 10_000) / 7.0 if d % 50 else None for d in digest], pa.float64()),
-            "event_ts": pa.array([base + datetime.timedelta(seconds=d % (86400 * 7)) for d in digest], pa.timestamp("us", "UTC")),
+            "event_ts": pa.array(
+                [base + datetime.timedelta(seconds=d % (86400 * 7)) for d in digest],
+                pa.timestamp("us", "UTC"),
+            ),
             "payload": pa.array([f"event-{d:x}" for d in digest], pa.string()),
         }
     )
@@ -85,9 +94,9 @@ def live_rows_checksum(table: Table) -> tuple[int, str]:
     for batch in table.scan().to_arrow_batch_reader():
         for row in batch.to_pylist():
             text = repr(sorted((k, repr(v)) for k, v in row.items()))
-            total = (total + int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")) & (
-                (1 << 64) - 1
-            )
+            total = (
+                total + int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+            ) & ((1 << 64) - 1)
             count += 1
     return count, f"{total:016x}"
 
@@ -121,9 +130,12 @@ def run_demo(workdir: str, *, memory_limit: str = "256MiB", out: Any = None) -> 
     table = make_fragmented_table(catalog, DEMO_TABLE, num_files=30, rows_per_file=2_000)
     before = _table_report(table)
     limits = ResourceLimits(
-        memory_limit_bytes=parse_byte_size(memory_limit), spill_dir=os.path.join(os.path.abspath(workdir), "spill")
+        memory_limit_bytes=parse_byte_size(memory_limit),
+        spill_dir=os.path.join(os.path.abspath(workdir), "spill"),
     )
-    result = compact(table, options={"target-file-size-bytes": str(1 << 20), "min-input-files": "2"}, limits=limits)
+    result = compact(
+        table, options={"target-file-size-bytes": str(1 << 20), "min-input-files": "2"}, limits=limits
+    )
     after = _table_report(table)
     lines = [
         f"table {DEMO_TABLE} in {os.path.abspath(workdir)}",
@@ -131,7 +143,8 @@ def run_demo(workdir: str, *, memory_limit: str = "256MiB", out: Any = None) -> 
         *(f"{key:14}{before[key]!s:>22}{after[key]!s:>22}" for key in before),
         f"rewritten {result['rewritten_data_files_count']} files into {result['added_data_files_count']} "
         f"(peak RSS {result['peak_rss_bytes'] >> 20} MiB)",
-        "row checksum unchanged" if (before["rows"], before["checksum"]) == (after["rows"], after["checksum"])
+        "row checksum unchanged"
+        if (before["rows"], before["checksum"]) == (after["rows"], after["checksum"])
         else "ROW CHECKSUM CHANGED",
     ]
     print("\n".join(lines), file=out)

@@ -10,7 +10,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 
 @pytest.fixture(autouse=True)
-def _isolate_pyiceberg_config(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+def _isolate_pyiceberg_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """Never read the developer's ~/.pyiceberg.yaml or PYICEBERG_* variables."""
     home = tmp_path_factory.mktemp("pyiceberg-home")
     monkeypatch.setenv("PYICEBERG_HOME", str(home))

@@ -2,10 +2,13 @@
 
 Usable from a script, the CLI or any orchestrator::
 
-    from airflow_provider_iceberg_exec.engine import CatalogConfig, ResourceLimits, compact, load_catalog, load_table
+    from airflow_provider_iceberg_exec.engine import (
+        CatalogConfig, ResourceLimits, compact, load_catalog, load_table,
+    )
 
-    table = load_table(load_catalog(CatalogConfig("prod", {"type": "sql", "uri": "..."})), "db.events")
-    result = compact(table, options={"min-input-files": "2"}, limits=ResourceLimits(memory_limit_bytes=256 << 20))
+    catalog = load_catalog(CatalogConfig("prod", {"type": "sql", "uri": "..."}))
+    table = load_table(catalog, "db.events")
+    result = compact(table, options={"min-input-files": "2"}, limits=ResourceLimits())
 """
 
 from __future__ import annotations

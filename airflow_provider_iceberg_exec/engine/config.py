@@ -50,7 +50,9 @@ def parse_byte_size(text: str | int) -> int:
         return text
     match = _SIZE_RE.match(text)
     if not match:
-        raise ConfigurationError(f"not a byte size: {text!r}; use a number with an optional unit, e.g. 256MiB")
+        raise ConfigurationError(
+            f"not a byte size: {text!r}; use a number with an optional unit, e.g. 256MiB"
+        )
     number, unit = match.groups()
     return int(float(number) * _UNITS[(unit or "")[:1].upper()])
 
@@ -134,7 +136,7 @@ class CompactionOptions:
     use_starting_sequence_number: bool = True
 
     #: option name -> attribute name, in Spark's spelling
-    NAMES = {  # noqa: RUF012 - class-level constant, not a field
+    NAMES = {
         "target-file-size-bytes": "target_file_size_bytes",
         "min-file-size-bytes": "min_file_size_bytes",
         "max-file-size-bytes": "max_file_size_bytes",
@@ -174,7 +176,10 @@ class CompactionOptions:
             raise ConfigurationError("delete-file-threshold must be >= 0")
         if self.partial_progress_max_commits < 1:
             raise ConfigurationError("partial-progress.max-commits must be >= 1")
-        if self.partial_progress_max_failed_commits is not None and self.partial_progress_max_failed_commits < 0:
+        if (
+            self.partial_progress_max_failed_commits is not None
+            and self.partial_progress_max_failed_commits < 0
+        ):
             raise ConfigurationError("partial-progress.max-failed-commits must be >= 0")
 
     @property

@@ -45,7 +45,9 @@ def prepare_spill_dir(limits: ResourceLimits) -> str:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
             pass
     except OSError as err:
-        raise ConfigurationError(f"spill directory {path!r} is not writable ({err.strerror}); pick another") from err
+        raise ConfigurationError(
+            f"spill directory {path!r} is not writable ({err.strerror}); pick another"
+        ) from err
     return path
 
 
@@ -111,7 +113,9 @@ def _rss_bytes() -> int:
 
 
 @contextmanager
-def track_resources(limits: ResourceLimits, interval_seconds: float = 0.1) -> Iterator[tuple[str, ExecutionStats]]:
+def track_resources(
+    limits: ResourceLimits, interval_seconds: float = 0.1
+) -> Iterator[tuple[str, ExecutionStats]]:
     """Give an execution its own spill directory and measure RSS and spill while it runs.
 
     Yields ``(spill_dir, stats)``; ``stats`` is filled in when the block exits, and the spill directory is

@@ -39,8 +39,15 @@ def test_compact_rewrites_and_keeps_every_row(configured: SqlCatalog, tmp_path: 
     before = live_checksum(table)
     files_before = len(data_files(table))
     code, out = run(
-        "--catalog", "it", "compact", "ns.events", "--option", "min-input-files=2",
-        "--spill-dir", str(tmp_path / "spill"), "--json",
+        "--catalog",
+        "it",
+        "compact",
+        "ns.events",
+        "--option",
+        "min-input-files=2",
+        "--spill-dir",
+        str(tmp_path / "spill"),
+        "--json",
     )
     assert code == 0, out
     result = json.loads(out)
@@ -57,9 +64,13 @@ def test_plan_execute_commit_steps_exchange_json_and_commit_is_idempotent(
     table = configured.load_table("ns.events")
     before = live_checksum(table)
     plan, results = tmp_path / "plan.json", tmp_path / "results.json"
-    assert run("--catalog", "it", "plan", "ns.events", "--option", "min-input-files=2", "-o", str(plan))[0] == 0
+    assert (
+        run("--catalog", "it", "plan", "ns.events", "--option", "min-input-files=2", "-o", str(plan))[0] == 0
+    )
     assert json.loads(plan.read_text())["tasks"]
-    assert run("--catalog", "it", "execute", str(plan), "-o", str(results), "--spill-dir", str(tmp_path))[0] == 0
+    assert (
+        run("--catalog", "it", "execute", str(plan), "-o", str(results), "--spill-dir", str(tmp_path))[0] == 0
+    )
     code, out = run("--catalog", "it", "commit", str(results), "--commit-id", "c-1", "--json")
     assert code == 0, out
     first = json.loads(out)
@@ -79,10 +90,16 @@ def test_plan_execute_commit_steps_exchange_json_and_commit_is_idempotent(
         (["--catalog", "it", "compact", "missing.events"], "not found"),
         (["--catalog", "it", "compact", "ns.events", "--where", "id >"], "cannot parse where"),
         (["--catalog", "it", "compact", "ns.events", "--where", "nope = 1"], "does not fit the table schema"),
-        (["--catalog", "it", "compact", "ns.events", "--option", "bogus=1"], "valid options: delete-file-threshold"),
+        (
+            ["--catalog", "it", "compact", "ns.events", "--option", "bogus=1"],
+            "valid options: delete-file-threshold",
+        ),
         (["--catalog", "it", "compact", "ns.events", "--option", "target-file-size-bytes=0"], "must be > 0"),
         (["--catalog", "it", "compact", "ns.events", "--strategy", "zorder"], "only binpack or sort"),
-        (["--catalog", "it", "compact", "ns.events", "--strategy", "sort", "--sort-order", "nope ASC"], "not in"),
+        (
+            ["--catalog", "it", "compact", "ns.events", "--strategy", "sort", "--sort-order", "nope ASC"],
+            "not in",
+        ),
         (["--catalog", "it", "compact", "ns.events", "--memory-limit", "1MiB"], "below the floor"),
         (["--catalog", "it", "compact", "ns.events", "--spill-dir", "/proc/nope"], "not writable"),
     ],
