@@ -87,13 +87,40 @@ class CatalogConfig:
 
         >>> CatalogConfig("c", {"s3.secret-access-key": "hunter2", "uri": "u"}).secrets()
         ['hunter2']
+        >>> CatalogConfig("c", {"uri": "postgresql+psycopg2://u:pw@127.0.0.1/db"}).secrets()
+        ['pw']
         """
-        return [str(v) for k, v in self.properties.items() if _SECRET_KEY.search(k) and v]
+        found = [str(v) for k, v in self.properties.items() if _SECRET_KEY.search(k) and v]
+        # A SQL catalog's database password travels in its URI (postgresql://user:password@host/db).
+        password = _uri_password(self.properties.get("uri"))
+        if password:
+            from urllib.parse import unquote
+
+            found.extend(sorted({password, unquote(password)}))
+        return found
 
     def __repr__(self) -> str:
         # Never print secrets, even in a traceback's repr.
         shown = {k: ("***" if _SECRET_KEY.search(k) else v) for k, v in self.properties.items()}
+        password = _uri_password(self.properties.get("uri"))
+        if password:
+            shown["uri"] = str(shown["uri"]).replace(f":{password}@", ":***@")
         return f"CatalogConfig(name={self.name!r}, properties={shown!r})"
+
+
+def _uri_password(uri: str | None) -> str | None:
+    """The password in a database URI's user info, if any (as written, not URL-decoded)."""
+    if not uri or "@" not in uri:
+        return None
+    from urllib.parse import urlsplit
+
+    try:
+        netloc = urlsplit(uri).netloc
+    except ValueError:
+        return None
+    userinfo, at, _host = netloc.rpartition("@")
+    _user, colon, password = userinfo.partition(":")
+    return password if at and colon and password else None
 
 
 def load_catalog(config: CatalogConfig) -> Catalog:
@@ -108,8 +135,12 @@ def load_catalog(config: CatalogConfig) -> Catalog:
             f"catalog {config.name!r} has no 'type' or 'uri'; configure it in ~/.pyiceberg.yaml, "
             f"PYICEBERG_CATALOG__{config.name.upper()}__* variables or the Airflow connection"
         )
+    from airflow_provider_iceberg_exec.engine.storage import pyiceberg_properties
+
     try:
-        return _load(config.name, **dict(config.properties))
+        # Storage mapping (engine/storage.py): s3.path-style-access and a region for an s3.endpoint,
+        # which PyIceberg's FileIO would otherwise ignore or look up at AWS.
+        return _load(config.name, **pyiceberg_properties(config.properties))
     except (ValueError, NotImplementedError, ImportError) as err:
         raise ConfigurationError(f"cannot load catalog {config.name!r}: {err}") from err
 
