@@ -116,33 +116,104 @@ def _table_report(table: Table) -> dict[str, Any]:
     }
 
 
-def run_demo(workdir: str, *, memory_limit: str = "256MiB", out: Any = None) -> dict[str, Any]:
-    """Build the fragmented demo table, compact it, and print the before/after report."""
-    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
+_DEMO_OPTIONS = {"target-file-size-bytes": str(1 << 20), "min-input-files": "2"}
+
+
+def _compact_with_engine(table: Table, workdir: str, memory_limit: str) -> dict[str, Any]:
     from airflow_provider_iceberg_exec.engine.compaction import compact
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits, parse_byte_size
 
+    limits = ResourceLimits(
+        memory_limit_bytes=parse_byte_size(memory_limit), spill_dir=os.path.join(workdir, "spill")
+    )
+    return compact(table, options=_DEMO_OPTIONS, limits=limits)
+
+
+def _compact_with_airflow(workdir: str, memory_limit: str, out: Any) -> dict[str, Any]:
+    """Run the on-demand example DAG with ``dag.test()`` on a SQLite Airflow metadata DB in ``workdir``."""
+    import importlib.util
+    import json
+    import subprocess
+    from pathlib import Path
+
+    dag_file = Path(__file__).resolve().parents[1] / "dags_examples" / "example_iceberg_on_demand.py"
+    if not dag_file.exists():
+        raise SystemExit(f"the example DAG {dag_file} is missing; run the demo from a checkout of the repo")
+    home = os.path.join(workdir, "airflow")
+    os.makedirs(home, exist_ok=True)
+    # Airflow reads its configuration at its first import: set it up before that.
+    os.environ["AIRFLOW_HOME"] = home
+    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(dag_file.parent)
+    os.environ["AIRFLOW__ICEBERG_EXEC__SPILL_DIR"] = os.path.join(workdir, "spill")
+    os.environ["AIRFLOW_CONN_ICEBERG_EXEC_DEFAULT"] = json.dumps(
+        {
+            "conn_type": "iceberg_exec",
+            "host": f"sqlite:///{workdir}/catalog.db",
+            "schema": f"file://{workdir}/warehouse",
+            "extra": {"catalog_type": "sql", "catalog_name": "demo"},
+        }
+    )
+    if not os.path.exists(os.path.join(home, "airflow.db")):
+        print("preparing the Airflow metadata database (airflow db migrate) ...", file=out, flush=True)
+        airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+        done = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"airflow db migrate failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    spec = importlib.util.spec_from_file_location("iceberg_exec_demo_dag", dag_file)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {dag_file}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = module.dag.test(
+        run_conf={
+            "table": DEMO_TABLE,
+            "target_file_size_bytes": int(_DEMO_OPTIONS["target-file-size-bytes"]),
+            "min_input_files": int(_DEMO_OPTIONS["min-input-files"]),
+            "memory_limit": memory_limit,
+        }
+    )
+    instances = run.get_task_instances()
+    states = {f"{ti.task_id}[{ti.map_index}]": str(ti.state) for ti in instances}
+    print(f"Airflow DAG run {run.dag_id} / {run.run_id}: {run.state}", file=out)
+    for name, state in sorted(states.items()):
+        print(f"  {name:32} {state}", file=out)
+    if str(run.state) != "success":
+        raise SystemExit(1)
+    commit = next(ti for ti in instances if ti.task_id.endswith("commit"))
+    result = commit.xcom_pull(task_ids=commit.task_id, dag_id=run.dag_id, run_id=run.run_id)
+    return dict(result or {})
+
+
+def run_demo(
+    workdir: str, *, memory_limit: str = "256MiB", out: Any = None, through_airflow: bool = True
+) -> dict[str, Any]:
+    """Build the fragmented demo table, compact it, and print the before/after report.
+
+    :param through_airflow: run the on-demand example DAG with Airflow's ``dag.test()`` (the default),
+        or call the engine directly.
+    """
+    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
+
     out = out or sys.stdout
+    workdir = os.path.abspath(workdir)
     os.makedirs(workdir, exist_ok=True)
     catalog = load_catalog(CatalogConfig("demo", demo_catalog_properties(workdir)))
     if catalog.table_exists(DEMO_TABLE):
         catalog.purge_table(DEMO_TABLE)
     table = make_fragmented_table(catalog, DEMO_TABLE, num_files=30, rows_per_file=2_000)
     before = _table_report(table)
-    limits = ResourceLimits(
-        memory_limit_bytes=parse_byte_size(memory_limit),
-        spill_dir=os.path.join(os.path.abspath(workdir), "spill"),
-    )
-    result = compact(
-        table, options={"target-file-size-bytes": str(1 << 20), "min-input-files": "2"}, limits=limits
-    )
+    if through_airflow:
+        result = _compact_with_airflow(workdir, memory_limit, out)
+    else:
+        result = _compact_with_engine(table, workdir, memory_limit)
     after = _table_report(table)
     lines = [
         f"table {DEMO_TABLE} in {os.path.abspath(workdir)}",
         f"{'':14}{'before':>22}{'after':>22}",
         *(f"{key:14}{before[key]!s:>22}{after[key]!s:>22}" for key in before),
-        f"rewritten {result['rewritten_data_files_count']} files into {result['added_data_files_count']} "
-        f"(peak RSS {result['peak_rss_bytes'] >> 20} MiB)",
+        f"rewritten {result.get('rewritten_data_files_count')} files into "
+        f"{result.get('added_data_files_count')} (peak RSS {int(result.get('peak_rss_bytes') or 0) >> 20} MiB)",
         "row checksum unchanged"
         if (before["rows"], before["checksum"]) == (after["rows"], after["checksum"])
         else "ROW CHECKSUM CHANGED",
@@ -158,8 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="iceberg-exec demo", description=__doc__)
     parser.add_argument("--workdir", default="demo-warehouse", help="where the catalog and warehouse go")
     parser.add_argument("--memory-limit", default="256MiB")
+    parser.add_argument("--engine-only", action="store_true", help="call the engine instead of Airflow")
     args = parser.parse_args(argv)
-    run_demo(args.workdir, memory_limit=args.memory_limit)
+    run_demo(args.workdir, memory_limit=args.memory_limit, through_airflow=not args.engine_only)
     return 0
 
 

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+# Airflow reads its configuration once per process, at its first import: give the test process its own
+# Airflow home (SQLite metadata DB, the example DAGs folder) before anything imports airflow.
+if not os.environ.get("_ICEBERG_EXEC_TEST_AIRFLOW_HOME"):
+    _home = tempfile.mkdtemp(prefix="iceberg-exec-airflow-")
+    os.environ["_ICEBERG_EXEC_TEST_AIRFLOW_HOME"] = _home
+    os.environ["AIRFLOW_HOME"] = _home
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags_examples")
 
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
@@ -16,7 +27,7 @@ def _isolate_pyiceberg_config(
     """Never read the developer's ~/.pyiceberg.yaml or PYICEBERG_* variables."""
     home = tmp_path_factory.mktemp("pyiceberg-home")
     monkeypatch.setenv("PYICEBERG_HOME", str(home))
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("PYICEBERG_CATALOG__"):
             monkeypatch.delenv(name)
 

@@ -143,6 +143,13 @@ def load_catalog(config: CatalogConfig) -> Catalog:
         return _load(config.name, **pyiceberg_properties(config.properties))
     except (ValueError, NotImplementedError, ImportError) as err:
         raise ConfigurationError(f"cannot load catalog {config.name!r}: {err}") from err
+    except Exception as err:
+        # A SQL catalog opens its database here; SQLAlchemy's errors would otherwise surface as
+        # retryable failures. Only the first line: driver messages can be long, never the URI itself.
+        if type(err).__module__.startswith("sqlalchemy"):
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ConfigurationError(f"cannot open the database of catalog {config.name!r}: {first}") from err
+        raise
 
 
 def parse_table_name(name: str) -> tuple[str, ...]:

@@ -1,0 +1,11 @@
+"""Operators of the iceberg-exec provider.
+
+Import the operators from their modules (``airflow_provider_iceberg_exec.operators.compaction``,
+``.commit``); :func:`table_asset` builds a table's asset for scheduling downstream DAGs.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_iceberg_exec.operators._common import table_asset, table_asset_uri
+
+__all__ = ["table_asset", "table_asset_uri"]

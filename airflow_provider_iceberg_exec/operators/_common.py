@@ -1,0 +1,171 @@
+"""Helpers shared by the operators and sensors: error mapping, commit ids, assets, payload names.
+
+The one place where engine exceptions become Airflow exceptions is :func:`engine_errors`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
+
+__all__ = [
+    "ASSET_ALIAS",
+    "commit_id_from_context",
+    "engine_errors",
+    "normalize_options",
+    "one_line",
+    "optional_text",
+    "payload_name",
+    "table_asset",
+    "table_asset_uri",
+    "with_asset_alias",
+]
+
+#: the asset alias every commit emits its table's asset through, so that tables known only at run time
+#: (a templated ``table``) still produce asset events
+ASSET_ALIAS = "iceberg-exec-commits"
+
+
+def one_line(err: BaseException) -> str:
+    """The first line of ``err``'s message, prefixed by its class name."""
+    text = str(err).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+@contextmanager
+def engine_errors() -> Iterator[None]:
+    """Map engine exceptions to Airflow's, in one place.
+
+    - bad input or a failed validation (``ConfigurationError``, ``TableNotFoundError``,
+      ``DataFileCodecError``, ``CommitValidationError``) and an unknown commit state
+      (``CommitStateUnknownError``) fail the task without retry, with a one-line reason
+      (``AirflowFailException``);
+    - ``CommitConflictError`` (the table moved; a retry re-validates) propagates, so that the task's
+      ``retries`` with exponential backoff apply;
+    - anything else propagates unchanged.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_iceberg_exec.engine.errors import (
+        CommitStateUnknownError,
+        CommitValidationError,
+        ConfigurationError,
+        DataFileCodecError,
+    )
+
+    try:
+        yield
+    except (
+        ConfigurationError,
+        DataFileCodecError,
+        CommitValidationError,
+        CommitStateUnknownError,
+    ) as err:
+        raise AirflowFailException(one_line(err)) from err
+
+
+def optional_text(value: Any) -> str | None:
+    """``None`` for ``None``, an empty or blank string, or the text ``None`` rendered from a template."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return None if text in ("", "None", "null") else text
+
+
+def normalize_options(options: Mapping[str, Any] | str | None) -> dict[str, str]:
+    """Rendered ``options`` as the engine's ``{name: str}``, dropping empty values.
+
+    A string is parsed as a JSON object, so ``"{{ params.options | tojson }}"`` works.
+
+    :raises ConfigurationError: when ``options`` is neither a mapping nor a JSON object.
+    """
+    from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+
+    if options is None:
+        return {}
+    if isinstance(options, str):
+        if not options.strip():
+            return {}
+        try:
+            options = json.loads(options)
+        except ValueError as err:
+            raise ConfigurationError(f"options must be a mapping or a JSON object, got {options!r}") from err
+    if not isinstance(options, Mapping):
+        raise ConfigurationError(f"options must be a mapping, got {type(options).__name__}")
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        out[str(key)] = ("true" if value else "false") if isinstance(value, bool) else str(value).strip()
+    return out
+
+
+def _ti_attr(context: Mapping[str, Any], name: str) -> Any:
+    ti = context.get("ti") or context.get("task_instance")
+    return getattr(ti, name, None) if ti is not None else None
+
+
+def commit_id_from_context(context: Mapping[str, Any], *, task_id: str, dag_id: str | None) -> str:
+    """The commit id of a commit task: stable across the task's retries, unique per DAG run and task.
+
+    Derived from the DAG id, the run id, the task id and the map index, never the try number, so that a
+    retry after a commit that landed finds it and reports it instead of committing twice.
+
+    :raises AirflowFailException: outside a DAG run (no run id in ``context``).
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    dag = _ti_attr(context, "dag_id") or dag_id
+    run_id = _ti_attr(context, "run_id") or context.get("run_id")
+    if not dag or not run_id:
+        raise AirflowFailException("cannot derive a commit id outside a DAG run; pass commit_id explicitly")
+    map_index = _ti_attr(context, "map_index")
+    suffix = f":{map_index}" if isinstance(map_index, int) and map_index >= 0 else ""
+    return f"airflow:{dag}:{run_id}:{task_id}{suffix}"
+
+
+def payload_name(context: Mapping[str, Any], *, task_id: str, dag_id: str | None, part: str) -> str:
+    """A staging file name unique to one task instance and one payload (stable across retries)."""
+    dag = _ti_attr(context, "dag_id") or dag_id or "dag"
+    run_id = _ti_attr(context, "run_id") or context.get("run_id") or "run"
+    map_index = _ti_attr(context, "map_index")
+    index = f"__{map_index}" if isinstance(map_index, int) and map_index >= 0 else ""
+    return f"{dag}__{run_id}__{task_id}{index}__{part}"
+
+
+def table_asset_uri(catalog: str, table: str) -> str:
+    """``iceberg://<catalog>/<namespace>/<table>``; a nested namespace keeps its dots.
+
+    >>> table_asset_uri("prod", "db.events")
+    'iceberg://prod/db/events'
+    >>> table_asset_uri("prod", "a.b.events")
+    'iceberg://prod/a.b/events'
+    """
+    namespace, _, name = table.rpartition(".")
+    return f"iceberg://{quote(catalog, safe='')}/{quote(namespace, safe='.')}/{quote(name, safe='')}"
+
+
+def table_asset(catalog: str, table: str) -> Asset:
+    """The Airflow asset of a table, to schedule downstream DAGs on its commits.
+
+    :param catalog: the catalog name (the connection's ``catalog_name`` extra, or its id).
+    :param table: ``"namespace.table"``.
+    """
+    from airflow.sdk import Asset
+
+    return Asset(uri=table_asset_uri(catalog, table))
+
+
+def with_asset_alias(outlets: Any, alias: str | None) -> list[Any]:
+    """``outlets`` (a list, one item or ``None``) plus the asset alias ``alias`` when it is not ``None``."""
+    from airflow.sdk import AssetAlias
+
+    items = list(outlets) if isinstance(outlets, (list, tuple)) else ([] if outlets is None else [outlets])
+    return [*items, AssetAlias(name=alias)] if alias else items

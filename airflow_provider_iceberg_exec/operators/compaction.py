@@ -1,0 +1,429 @@
+"""Compaction (Spark's ``rewrite_data_files``) as Airflow tasks.
+
+Three tasks for tables of any size, wired by
+:func:`airflow_provider_iceberg_exec.task_groups.compaction_task_group`::
+
+    plan = CompactionPlanOperator(task_id="plan", table="db.events")
+    rewrite = CompactionRewriteOperator.partial(task_id="rewrite").expand(task_spec=plan.output)
+    commit = CommitOperator(task_id="commit", results=rewrite.output)
+
+and :class:`CompactionOperator`, one task that plans, rewrites and commits, for small tables.
+
+The operators only render templates, build the engine's arguments, call the engine and return its JSON;
+the engine (``airflow_provider_iceberg_exec.engine.compaction``) is imported inside ``execute()`` so that
+parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_iceberg_exec import settings
+from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
+from airflow_provider_iceberg_exec.operators._common import (
+    ASSET_ALIAS,
+    commit_id_from_context,
+    engine_errors,
+    normalize_options,
+    optional_text,
+    payload_name,
+    with_asset_alias,
+)
+from airflow_provider_iceberg_exec.operators.commit import emit_table_asset, log_commit_result
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+
+__all__ = ["CompactionOperator", "CompactionPlanOperator", "CompactionRewriteOperator"]
+
+_GIB = 1024**3
+
+
+class CompactionPlanOperator(BaseOperator):
+    """Plan a compaction: select the files to rewrite and group them; return one task spec per group.
+
+    The returned list is meant for dynamic task mapping
+    (``CompactionRewriteOperator.partial(...).expand(task_spec=plan.output)``). An empty list means there
+    is nothing to do; it is logged and the task succeeds. When the plan lists more files than
+    ``payload_file_threshold``, each task spec is staged as a JSON file under the table's
+    ``metadata/iceberg-exec-staging/`` and XCom carries references.
+
+    :param table: the table, ``"namespace.table"`` (templated).
+    :param where: a filter selecting the rows whose files are rewritten, in PyIceberg's row-filter syntax,
+        e.g. ``"event_date >= '2024-01-01'"`` (templated).
+    :param options: Spark's ``rewrite_data_files`` options, e.g. ``{"target-file-size-bytes": "134217728"}``;
+        empty values are dropped; a JSON object string is accepted (templated).
+    :param strategy: ``binpack`` or ``sort`` (templated).
+    :param sort_order: the sort order for ``sort``, e.g. ``"id DESC NULLS LAST"``; default the table's
+        (templated).
+    :param branch: the branch to compact (templated).
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection of the catalog (templated).
+    :param payload_file_threshold: above this many files the specs are staged in files; default
+        ``[iceberg_exec] payload_file_threshold``.
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "where",
+        "options",
+        "strategy",
+        "sort_order",
+        "branch",
+        "iceberg_exec_conn_id",
+    )
+    template_fields_renderers = {"options": "json", "where": "sql"}
+    ui_color = "#cfe8fc"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        where: str | None = None,
+        options: Mapping[str, Any] | str | None = None,
+        strategy: str = "binpack",
+        sort_order: str | None = None,
+        branch: str = "main",
+        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+        payload_file_threshold: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.where = where
+        self.options = options
+        self.strategy = strategy
+        self.sort_order = sort_order
+        self.branch = branch
+        self.iceberg_exec_conn_id = iceberg_exec_conn_id
+        self.payload_file_threshold = payload_file_threshold
+
+    @cached_property
+    def hook(self) -> IcebergExecHook:
+        """The catalog hook, built after the templates are rendered."""
+        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
+        from airflow_provider_iceberg_exec.engine.compaction import plan_compaction
+        from airflow_provider_iceberg_exec.engine.payloads import count_files, offload_payload
+
+        threshold = _threshold(self.payload_file_threshold)
+        with engine_errors():
+            table = self.hook.load_table(self.table)
+            plan = plan_compaction(
+                table,
+                where=optional_text(self.where),
+                options=normalize_options(self.options),
+                strategy=optional_text(self.strategy) or "binpack",
+                sort_order=optional_text(self.sort_order),
+                branch=optional_text(self.branch) or "main",
+            )
+            tasks: list[dict[str, Any]] = list(plan.get("tasks", []))
+            skipped = plan.get("skipped", [])
+            if not tasks:
+                self.log.info(
+                    "Nothing to compact in %s (branch %s, snapshot %s): no file group qualifies; "
+                    "%s files skipped",
+                    self.table,
+                    plan.get("branch"),
+                    plan.get("base_snapshot_id"),
+                    len(skipped),
+                )
+                return []
+            files = count_files(tasks)
+            input_bytes = sum(_task_bytes(task) for task in tasks)
+            self.log.info(
+                "Planned %s groups in %s commit batches over %s data files (%s bytes) of %s at snapshot %s; "
+                "%s files skipped",
+                len(tasks),
+                len(plan.get("commit_batches", [])) or 1,
+                files,
+                input_bytes,
+                self.table,
+                plan.get("base_snapshot_id"),
+                len(skipped),
+            )
+            if files <= threshold:
+                return tasks
+            location = table.location()
+            staged = [
+                offload_payload(
+                    table.io,
+                    location,
+                    task,
+                    name=payload_name(
+                        context,
+                        task_id=self.task_id,
+                        dag_id=self.dag_id,
+                        part=f"group-{task.get('group_id', index)}",
+                    ),
+                    threshold=0,
+                )
+                for index, task in enumerate(tasks)
+            ]
+            self.log.info(
+                "Staged %s task specs (%s files > threshold %s) under %s",
+                len(staged),
+                files,
+                threshold,
+                location,
+            )
+            return staged
+
+
+class CompactionRewriteOperator(BaseOperator):
+    """Rewrite one planned group of files in one bounded-memory DataFusion execution.
+
+    Mapped over the plan: ``CompactionRewriteOperator.partial(task_id="rewrite").expand(task_spec=...)``.
+    Returns the engine's rewrite result (the new files as DataFile JSON), staged in a file past
+    ``payload_file_threshold`` files. Nothing is committed: the :class:`CommitOperator` commits every
+    group's result at once.
+
+    Runs in ``pool`` (default ``[iceberg_exec] pool``) with ``pool_slots`` (default: derived from
+    ``[iceberg_exec] memory_limit``; when the task sets a literal ``memory_limit``, pass
+    ``pool_slots=settings.pool_slots_for(memory_limit)``, as the task group helper does).
+
+    :param task_spec: one element of the plan task's output (templated).
+    :param table: the table; default the spec's (templated).
+    :param memory_limit: the execution's memory limit, e.g. ``"1GiB"``; default
+        ``[iceberg_exec] memory_limit`` (templated).
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
+    :param payload_file_threshold: see :class:`CompactionPlanOperator`.
+    """
+
+    template_fields: Sequence[str] = ("task_spec", "table", "memory_limit", "iceberg_exec_conn_id")
+    template_fields_renderers = {"task_spec": "json"}
+    ui_color = "#a9d3f5"
+
+    def __init__(
+        self,
+        *,
+        task_spec: Mapping[str, Any],
+        table: str | None = None,
+        memory_limit: str | int | None = None,
+        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+        payload_file_threshold: int | None = None,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            pool=pool if pool is not None else settings.default_pool(),
+            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
+            **kwargs,
+        )
+        self.task_spec = task_spec
+        self.table = table
+        self.memory_limit = memory_limit
+        self.iceberg_exec_conn_id = iceberg_exec_conn_id
+        self.payload_file_threshold = payload_file_threshold
+
+    @cached_property
+    def hook(self) -> IcebergExecHook:
+        """The catalog hook, built after the templates are rendered."""
+        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Execute the group's rewrite and return the result JSON (or a reference to it)."""
+        from airflow_provider_iceberg_exec.engine.compaction import execute_rewrite_task
+        from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+        from airflow_provider_iceberg_exec.engine.payloads import (
+            is_payload_ref,
+            offload_payload,
+            resolve_payload,
+        )
+
+        with engine_errors():
+            if not isinstance(self.task_spec, Mapping):
+                raise DataFileCodecError(
+                    f"task_spec must be one task spec (a JSON object), got {type(self.task_spec).__name__}"
+                )
+            table_name = optional_text(self.table) or str(self.task_spec.get("table") or "")
+            limits = settings.resource_limits(self.memory_limit)
+            _warn_pool_slots(self, limits)
+            table = self.hook.load_table(table_name)
+            spec = resolve_payload(table.io, self.task_spec)
+            data_files = spec.get("data_files", [])
+            self.log.info(
+                "Rewriting group %s (commit batch %s) of %s: %s data files, %s bytes, memory limit %s bytes",
+                spec.get("group_id"),
+                spec.get("commit_batch"),
+                table_name,
+                len(data_files),
+                _task_bytes(spec),
+                limits.memory_limit_bytes,
+            )
+            result = execute_rewrite_task(table, spec, limits)
+            _log_rewrite(self, result)
+            out = offload_payload(
+                table.io,
+                table.location(),
+                result,
+                name=payload_name(
+                    context,
+                    task_id=self.task_id,
+                    dag_id=self.dag_id,
+                    part=f"result-group-{result.get('group_id')}",
+                ),
+                threshold=_threshold(self.payload_file_threshold),
+            )
+        if is_payload_ref(self.task_spec):
+            out["staged_inputs"] = [self.task_spec["uri"]]
+        return out
+
+
+class CompactionOperator(BaseOperator):
+    """Compact a table in one task: plan, rewrite every group, commit (for small tables).
+
+    Same options and result as the three-task form, with the commit's idempotency: its commit id derives
+    from the DAG, run and task, so a retry after a commit that landed reports it and succeeds. The
+    table's asset is emitted through the ``iceberg-exec-commits`` asset alias when a snapshot lands.
+
+    :param table: the table, ``"namespace.table"`` (templated).
+    :param where: the row filter (templated).
+    :param options: Spark's ``rewrite_data_files`` options (templated).
+    :param strategy: ``binpack`` or ``sort`` (templated).
+    :param sort_order: the sort order for ``sort`` (templated).
+    :param branch: the branch (templated).
+    :param memory_limit: the execution's memory limit; default ``[iceberg_exec] memory_limit`` (templated).
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
+    :param commit_id: overrides the derived commit id (templated).
+    :param asset_alias: the asset alias the table's asset is emitted through; ``None`` for none.
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "where",
+        "options",
+        "strategy",
+        "sort_order",
+        "branch",
+        "memory_limit",
+        "iceberg_exec_conn_id",
+        "commit_id",
+    )
+    template_fields_renderers = {"options": "json", "where": "sql"}
+    ui_color = "#7fbcf0"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        where: str | None = None,
+        options: Mapping[str, Any] | str | None = None,
+        strategy: str = "binpack",
+        sort_order: str | None = None,
+        branch: str = "main",
+        memory_limit: str | int | None = None,
+        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+        commit_id: str | None = None,
+        asset_alias: str | None = ASSET_ALIAS,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            outlets=with_asset_alias(kwargs.pop("outlets", None), asset_alias),
+            pool=pool if pool is not None else settings.default_pool(),
+            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
+            **kwargs,
+        )
+        self.table = table
+        self.where = where
+        self.options = options
+        self.strategy = strategy
+        self.sort_order = sort_order
+        self.branch = branch
+        self.memory_limit = memory_limit
+        self.iceberg_exec_conn_id = iceberg_exec_conn_id
+        self.commit_id = commit_id
+        self.asset_alias = asset_alias
+
+    @cached_property
+    def hook(self) -> IcebergExecHook:
+        """The catalog hook, built after the templates are rendered."""
+        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Plan, rewrite and commit; return the compaction result JSON."""
+        from airflow_provider_iceberg_exec.engine.compaction import compact
+
+        commit_id = optional_text(self.commit_id) or commit_id_from_context(
+            context, task_id=self.task_id, dag_id=self.dag_id
+        )
+        with engine_errors():
+            limits = settings.resource_limits(self.memory_limit)
+            _warn_pool_slots(self, limits)
+            table = self.hook.load_table(self.table)
+            self.log.info(
+                "Compacting %s (branch %s, where %s) with memory limit %s bytes, commit id %s",
+                self.table,
+                self.branch,
+                optional_text(self.where) or "<all rows>",
+                limits.memory_limit_bytes,
+                commit_id,
+            )
+            result: dict[str, Any] = compact(
+                table,
+                where=optional_text(self.where),
+                options=normalize_options(self.options),
+                strategy=optional_text(self.strategy) or "binpack",
+                sort_order=optional_text(self.sort_order),
+                branch=optional_text(self.branch) or "main",
+                limits=limits,
+                commit_id=commit_id,
+            )
+        log_commit_result(self, result)
+        emit_table_asset(self, context, catalog=self.hook.catalog_name, table=self.table, result=result)
+        return result
+
+
+def _threshold(value: int | None) -> int:
+    return settings.payload_file_threshold() if value is None else int(value)
+
+
+def _task_bytes(task: Mapping[str, Any]) -> int:
+    total = 0
+    for entry in task.get("data_files", []) or []:
+        data_file = entry.get("data-file", {}) if isinstance(entry, Mapping) else {}
+        size = data_file.get("file-size-in-bytes", 0) if isinstance(data_file, Mapping) else 0
+        total += size if isinstance(size, int) else 0
+    return total
+
+
+def _warn_pool_slots(operator: BaseOperator, limits: ResourceLimits) -> None:
+    needed = settings.pool_slots_for(limits.memory_limit_bytes)
+    if needed > operator.pool_slots:
+        operator.log.warning(
+            "Memory limit %s bytes would take %s slots of pool %s but the task holds %s; set pool_slots=%s "
+            "so that the pool bounds the memory of concurrent tasks",
+            limits.memory_limit_bytes,
+            needed,
+            operator.pool,
+            operator.pool_slots,
+            needed,
+        )
+
+
+def _log_rewrite(operator: BaseOperator, result: Mapping[str, Any]) -> None:
+    operator.log.info(
+        "Group %s done: %s data files (%s bytes, %s rows) rewritten into %s files (%s bytes, %s rows); "
+        "%s delete files removed; peak RSS %s bytes, spilled %s bytes, %.1f s",
+        result.get("group_id"),
+        len(result.get("rewritten_data_files", []) or []),
+        result.get("rewritten_bytes_count"),
+        result.get("rewritten_records"),
+        len(result.get("added_data_files", []) or []),
+        result.get("added_bytes_count"),
+        result.get("added_records"),
+        len(result.get("removed_delete_files", []) or []),
+        result.get("peak_rss_bytes"),
+        result.get("spilled_bytes"),
+        float(result.get("elapsed_seconds") or 0.0),
+    )

@@ -1,0 +1,117 @@
+"""Task-group helpers that wire the common maintenance flows.
+
+:func:`compaction_task_group` builds ``plan >> rewrite (mapped, one task per file group) >> commit``::
+
+    with DAG(...):
+        health >> compaction_task_group(table="db.events", memory_limit="1GiB")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import TaskGroup
+
+from airflow_provider_iceberg_exec import settings
+from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
+
+__all__ = ["compaction_task_group"]
+
+
+def _literal_pool_slots(memory_limit: str | int | None) -> int:
+    """Pool slots for a literal memory limit; the configured default for none or a template."""
+    if memory_limit is None or (isinstance(memory_limit, str) and ("{{" in memory_limit or not memory_limit)):
+        return settings.default_pool_slots()
+    return settings.pool_slots_for(memory_limit)
+
+
+def compaction_task_group(
+    *,
+    table: str,
+    group_id: str = "compaction",
+    where: str | None = None,
+    options: Mapping[str, Any] | str | None = None,
+    strategy: str = "binpack",
+    sort_order: str | None = None,
+    branch: str = "main",
+    memory_limit: str | int | None = None,
+    iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+    pool: str | None = None,
+    pool_slots: int | None = None,
+    max_active_rewrites: int | None = None,
+    quiet_period_seconds: float | str = 0.0,
+    commit_retries: int = 3,
+    payload_file_threshold: int | None = None,
+    tooltip: str = "Plan, rewrite each file group (mapped), commit once",
+) -> TaskGroup:
+    """Build the three-task compaction in a task group: ``plan``, ``rewrite`` (mapped), ``commit``.
+
+    The plan returns one task spec per file group; the rewrite is mapped over them (an empty plan maps
+    to no task) in ``pool`` with ``pool_slots`` derived from ``memory_limit`` when it is a literal; the
+    commit (trigger rule ``none_failed_min_one_success``, downstream of the plan too) commits every
+    group's result at once, or reports an empty result when the plan was empty; it is skipped when the
+    plan is (e.g. after a soft-failed health sensor).
+
+    Every string argument but ``group_id`` may be a Jinja template (e.g. ``"{{ params.table }}"``).
+
+    :param table: ``"namespace.table"``.
+    :param group_id: the task group's id.
+    :param where: the row filter.
+    :param options: Spark's ``rewrite_data_files`` options.
+    :param strategy: ``binpack`` or ``sort``.
+    :param sort_order: the sort order for ``sort``.
+    :param branch: the branch.
+    :param memory_limit: each rewrite's memory limit; default ``[iceberg_exec] memory_limit``.
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection.
+    :param pool: the rewrites' pool; default ``[iceberg_exec] pool``.
+    :param pool_slots: the slots each rewrite takes; default from ``memory_limit`` (see
+        :func:`airflow_provider_iceberg_exec.settings.pool_slots_for`).
+    :param max_active_rewrites: at most this many rewrites of one run at once.
+    :param quiet_period_seconds: see :class:`~airflow_provider_iceberg_exec.operators.commit.CommitOperator`.
+    :param commit_retries: retries of the commit on conflicts (exponential backoff).
+    :param payload_file_threshold: above this many files payloads are staged in files.
+    :param tooltip: the task group's tooltip.
+    """
+    from airflow_provider_iceberg_exec.operators.commit import CommitOperator
+    from airflow_provider_iceberg_exec.operators.compaction import (
+        CompactionPlanOperator,
+        CompactionRewriteOperator,
+    )
+
+    with TaskGroup(group_id=group_id, tooltip=tooltip) as group:
+        plan = CompactionPlanOperator(
+            task_id="plan",
+            table=table,
+            where=where,
+            options=options,
+            strategy=strategy,
+            sort_order=sort_order,
+            branch=branch,
+            iceberg_exec_conn_id=iceberg_exec_conn_id,
+            payload_file_threshold=payload_file_threshold,
+        )
+        rewrite_kwargs: dict[str, Any] = {}
+        if max_active_rewrites is not None:
+            rewrite_kwargs["max_active_tis_per_dagrun"] = max_active_rewrites
+        rewrite = CompactionRewriteOperator.partial(
+            task_id="rewrite",
+            table=table,
+            memory_limit=memory_limit,
+            iceberg_exec_conn_id=iceberg_exec_conn_id,
+            payload_file_threshold=payload_file_threshold,
+            pool=pool if pool is not None else settings.default_pool(),
+            pool_slots=pool_slots if pool_slots is not None else _literal_pool_slots(memory_limit),
+            **rewrite_kwargs,
+        ).expand(task_spec=plan.output)
+        commit = CommitOperator(
+            task_id="commit",
+            results=rewrite.output,
+            table=table,
+            iceberg_exec_conn_id=iceberg_exec_conn_id,
+            quiet_period_seconds=quiet_period_seconds,
+            retries=commit_retries,
+            trigger_rule="none_failed_min_one_success",
+        )
+        plan >> commit
+    return group

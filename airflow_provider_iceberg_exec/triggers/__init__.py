@@ -1,0 +1,1 @@
+"""triggers of the iceberg-exec provider."""

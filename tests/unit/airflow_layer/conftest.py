@@ -1,0 +1,59 @@
+"""Fixtures of the Airflow-layer unit tests: an isolated Airflow home, a real SQLite Iceberg catalog."""
+
+from __future__ import annotations
+
+import sys
+import types
+from datetime import date, timedelta
+
+import pytest
+
+from tests.unit.airflow_layer.support import ENGINE_COMPACTION, TABLE, connection_json
+
+
+@pytest.fixture
+def engine_compaction(monkeypatch):
+    """The engine's compaction module, to patch by dotted path (a stub until the engine lands)."""
+    import airflow_provider_iceberg_exec.engine as engine_pkg
+
+    try:
+        import airflow_provider_iceberg_exec.engine.compaction as module
+    except ImportError:
+        module = types.ModuleType(ENGINE_COMPACTION)
+        monkeypatch.setitem(sys.modules, ENGINE_COMPACTION, module)
+        monkeypatch.setattr(engine_pkg, "compaction", module, raising=False)
+
+    def _not_patched(*args, **kwargs):
+        raise AssertionError("this engine function is not patched in this test")
+
+    for name in ("plan_compaction", "execute_rewrite_task", "commit_compaction", "compact"):
+        if not hasattr(module, name):
+            monkeypatch.setattr(module, name, _not_patched, raising=False)
+    return module
+
+
+@pytest.fixture
+def sqlite_table(tmp_path, monkeypatch):
+    """A real SQLite-catalog table ``ns.events`` with 12 small files, and the default connection to it."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog(
+        "demo", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse"
+    )
+    catalog.create_namespace("ns")
+    schema = pa.schema([("id", pa.int64()), ("event_date", pa.date32()), ("payload", pa.string())])
+    table = catalog.create_table(TABLE, schema=schema)
+    for i in range(12):
+        table.append(
+            pa.table(
+                {
+                    "id": [i * 10 + j for j in range(10)],
+                    "event_date": [date(2024, 1, 1) + timedelta(days=i % 3)] * 10,
+                    "payload": [f"row-{i}-{j}" for j in range(10)],
+                },
+                schema=schema,
+            )
+        )
+    monkeypatch.setenv("AIRFLOW_CONN_ICEBERG_EXEC_DEFAULT", connection_json(tmp_path))
+    return catalog.load_table(TABLE)
