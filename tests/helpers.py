@@ -58,3 +58,199 @@ def data_files(table: Table) -> list[Any]:
     """The live data files of the current snapshot."""
     table.refresh()
     return [task.file for task in table.scan().plan_files()]
+
+
+# -- compaction test support ---------------------------------------------------------------------------
+
+
+def table_state(table: Table) -> tuple[int | None, list[str]]:
+    """``(current snapshot id, sorted live data file paths)``: what "the table is unchanged" compares."""
+    table.refresh()
+    snapshot = table.current_snapshot()
+    return (snapshot.snapshot_id if snapshot else None, sorted(f.file_path for f in data_files(table)))
+
+
+def files_under(table: Table, folder: str = "data") -> set[str]:
+    """Every file below ``<table location>/<folder>`` on local disk, as plain paths."""
+    import os
+
+    root = os.path.join(table.location().removeprefix("file://"), folder)
+    return {os.path.join(d, name) for d, _dirs, names in os.walk(root) for name in names}
+
+
+def local_path(path: str) -> str:
+    """A ``file://`` location as a plain path."""
+    return path.removeprefix("file://")
+
+
+def commit_position_deletes(
+    table: Table, data_file_path: str, positions: list[int], *, set_referenced_data_file: bool = True
+) -> Any:
+    """Write a position delete file for ``data_file_path`` and commit it in a ``delete`` snapshot.
+
+    PyIceberg 0.12 cannot write delete manifests, so the manifest is written with the engine's own
+    manifest writer (as in tests/integration/test_commit.py). Without ``referenced_data_file`` the file
+    names its target only through its ``file_path`` bounds. Returns the delete DataFile.
+    """
+    import struct
+    import uuid as _uuid
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import (
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestContent,
+        ManifestEntry,
+        ManifestEntryStatus,
+    )
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _FastAppendFiles
+
+    from airflow_provider_iceberg_exec.engine.manifests import new_manifest_writer
+
+    path_id, pos_id = 2147483546, 2147483545
+    target = next(f for f in data_files(table) if f.file_path == data_file_path)
+    location = f"{table.location()}/data/pos-deletes-{_uuid.uuid4().hex}.parquet"
+    schema = pa.schema(
+        [
+            pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": str(path_id)}),
+            pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": str(pos_id)}),
+        ]
+    )
+    ordered = sorted(positions)
+    data = pa.table({"file_path": [data_file_path] * len(ordered), "pos": ordered}, schema=schema)
+    with table.io.new_output(location).create() as stream:
+        pq.write_table(data, stream)
+    delete_file = DataFile.from_args(
+        _table_format_version=3,
+        content=DataFileContent.POSITION_DELETES,
+        file_path=location,
+        file_format=FileFormat.PARQUET,
+        partition=target.partition,
+        record_count=len(ordered),
+        file_size_in_bytes=len(table.io.new_input(location)),
+        column_sizes={},
+        value_counts={},
+        null_value_counts={},
+        nan_value_counts={},
+        lower_bounds={path_id: data_file_path.encode(), pos_id: struct.pack("<q", ordered[0])},
+        upper_bounds={path_id: data_file_path.encode(), pos_id: struct.pack("<q", ordered[-1])},
+        referenced_data_file=data_file_path if set_referenced_data_file else None,
+    )
+    delete_file.spec_id = target.spec_id
+
+    class _AddDeletes(_FastAppendFiles):
+        def _manifests(self) -> list[Any]:
+            metadata = self._transaction.table_metadata
+            with new_manifest_writer(
+                format_version=2,
+                content=ManifestContent.DELETES,
+                spec=metadata.specs()[target.spec_id],
+                schema=metadata.schema(),
+                output_file=self.new_manifest_output(),
+                snapshot_id=self.snapshot_id,
+                avro_compression=self._compression,
+            ) as writer:
+                writer.add_entry(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED,
+                        snapshot_id=self.snapshot_id,
+                        sequence_number=None,
+                        file_sequence_number=None,
+                        data_file=delete_file,
+                    )
+                )
+            return [writer.to_manifest_file(), *self._existing_manifests()]
+
+    tx = table.transaction()
+    producer = _AddDeletes(Operation.DELETE, tx, table.io)
+    producer._added_data_files = [delete_file]
+    producer.commit()
+    tx.commit_transaction()
+    table.refresh()
+    return delete_file
+
+
+def parquet_data_page_counts(path: str) -> list[int]:
+    """The number of data pages of each column chunk of row group 0, read from the page headers.
+
+    PyArrow does not expose pages, so this walks the Thrift compact-protocol ``PageHeader`` of every
+    page (type: field 1, compressed size: field 3) and skips the page bodies.
+    """
+    import pyarrow.parquet as pq
+
+    metadata = pq.ParquetFile(path).metadata
+    counts = []
+    with open(path, "rb") as f:
+        data = f.read()
+    row_group = metadata.row_group(0)
+    for i in range(row_group.num_columns):
+        chunk = row_group.column(i)
+        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        end = start + chunk.total_compressed_size
+        pos, pages = start, 0
+        while pos < end:
+            header, pos = _read_thrift_struct(data, pos)
+            if header.get(1) in (0, 3):  # DATA_PAGE, DATA_PAGE_V2
+                pages += 1
+            pos += header[3]
+        counts.append(pages)
+    return counts
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return result, pos
+
+
+def _read_thrift_value(data: bytes, pos: int, kind: int) -> tuple[Any, int]:
+    if kind in (1, 2):  # booleans carry their value in the type nibble
+        return kind == 1, pos
+    if kind == 3:
+        return data[pos], pos + 1
+    if kind in (4, 5, 6):
+        raw, pos = _varint(data, pos)
+        return (raw >> 1) ^ -(raw & 1), pos
+    if kind == 7:
+        return None, pos + 8
+    if kind == 8:
+        size, pos = _varint(data, pos)
+        return None, pos + size
+    if kind in (9, 10):
+        head = data[pos]
+        pos += 1
+        size, element = head >> 4, head & 0x0F
+        if size == 15:
+            size, pos = _varint(data, pos)
+        for _ in range(size):
+            _value, pos = _read_thrift_value(data, pos, 1 if element == 2 else element)
+        return None, pos
+    if kind == 12:
+        return _read_thrift_struct(data, pos)
+    raise ValueError(f"unsupported thrift compact type {kind}")
+
+
+def _read_thrift_struct(data: bytes, pos: int) -> tuple[dict[int, Any], int]:
+    fields: dict[int, Any] = {}
+    last = 0
+    while True:
+        head = data[pos]
+        pos += 1
+        if head == 0:
+            return fields, pos
+        delta, kind = head >> 4, head & 0x0F
+        if delta:
+            field_id = last + delta
+        else:
+            raw, pos = _varint(data, pos)
+            field_id = (raw >> 1) ^ -(raw & 1)
+        fields[field_id], pos = _read_thrift_value(data, pos, kind)
+        last = field_id

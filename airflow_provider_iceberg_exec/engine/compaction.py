@@ -9,6 +9,7 @@ result per task -> ``commit_compaction`` -> one ``replace`` snapshot per commit 
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -27,6 +28,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     envelope,
 )
 from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_json, data_file_to_json
+from airflow_provider_iceberg_exec.engine.deletes import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitValidationError,
     ConfigurationError,
@@ -34,8 +36,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ResourceLimitError,
 )
 from airflow_provider_iceberg_exec.engine.planning import FileCandidate, plan_file_groups
-from airflow_provider_iceberg_exec.engine.read import iter_group_batches
-from airflow_provider_iceberg_exec.engine.scan import ScannedFile, parse_where, scan_data_files
+from airflow_provider_iceberg_exec.engine.scan import ScannedDelete, ScannedFile, parse_where, scan_data_files
 from airflow_provider_iceberg_exec.engine.session import build_session, track_resources
 from airflow_provider_iceberg_exec.engine.sorting import (
     SortKey,
@@ -58,7 +59,11 @@ __all__ = ["commit_compaction", "compact", "execute_rewrite_task", "plan_compact
 log = logging.getLogger(__name__)
 
 _HIDDEN_PREFIX = "__iceberg_exec_"
-_STAGE_ROW_GROUP_BYTES = 16 * 1024 * 1024
+#: Row groups of the staged copy. DataFusion's sort over a copy staged in 16 MiB row groups peaked about
+#: 100 MiB higher (4M rows of 64 bytes, 128 MiB limit: 550-590 MiB peak RSS against 410-475 MiB).
+_STAGE_ROW_GROUP_BYTES = 256 * 1024
+_SORT_BATCH_BYTES = 64 * 1024
+_MIN_SORT_BATCH_ROWS = 128
 
 
 def plan_compaction(
@@ -69,6 +74,7 @@ def plan_compaction(
     strategy: str = "binpack",
     sort_order: str | None = None,
     branch: str = "main",
+    only_files_with_equality_deletes: bool = False,
 ) -> dict[str, Any]:
     """Plan a compaction of ``table`` with Spark's ``rewrite_data_files`` semantics.
 
@@ -80,6 +86,8 @@ def plan_compaction(
     :param strategy: ``binpack`` or ``sort``.
     :param sort_order: for ``sort``: ``"col ASC NULLS LAST, ..."``; default: the table's sort order.
     :param branch: the branch to compact.
+    :param only_files_with_equality_deletes: consider only data files that equality deletes apply to
+        (equality-delete resolution, :func:`resolve.resolve_equality_deletes`).
     :returns: the plan document (``iceberg-exec/compaction-plan@1``): its ``tasks`` are the inputs of
         :func:`execute_rewrite_task`.
     :raises ConfigurationError: for bad options, strategy, sort order or filter.
@@ -117,15 +125,27 @@ def plan_compaction(
             size_bytes=f.data_file.file_size_in_bytes,
             record_count=f.data_file.record_count,
             spec_id=f.data_file.spec_id,
-            partition=tuple(f.data_file.partition),
+            partition=tuple(f.data_file.partition[i] for i in range(len(f.data_file.partition))),
             delete_file_count=len(f.delete_files),
             handle=f,
         )
         for f in scanned
+        if not only_files_with_equality_deletes or _has_equality_deletes(f)
     ]
     outcome = plan_file_groups(
-        candidates, resolved, current_spec_id=metadata.default_spec_id, output_spec_id=output_spec_id
+        candidates,
+        resolved,
+        current_spec_id=metadata.default_spec_id,
+        output_spec_id=output_spec_id,
+        apply_deletes=True,
     )
+    # Which live data files each delete file applies to, over the whole table (not only `where`).
+    everything = (
+        scanned
+        if row_filter == parse_where(None, schema)
+        else scan_data_files(table, snapshot, row_filter=parse_where(None, schema))
+    )
+    applies_to = _delete_targets(everything)
     for path, reason in outcome.skipped:
         log.warning("left out %s: %s", path, reason)
     batch_of = {gid: number for number, batch in enumerate(outcome.commit_batches) for gid in batch}
@@ -150,6 +170,9 @@ def plan_compaction(
                     "needs_repartition": group.needs_repartition,
                     "input_bytes": group.input_bytes,
                     "data_files": [_scanned_to_json(f, specs, schema) for f in files if isinstance(f, ScannedFile)],
+                    "removed_delete_files": _removable_deletes(
+                        [f for f in files if isinstance(f, ScannedFile)], applies_to, specs, schema
+                    ),
                 },
             )
         )
@@ -193,20 +216,18 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         raise ConfigurationError(f"task output spec {output_spec_id} is not a partition spec of the table")
     output_spec = specs[output_spec_id]
     entries = task["data_files"]
-    inputs = [data_file_from_json(e["data-file"], specs, schema) for e in entries]
-    with_deletes = [e["data-file"]["file-path"] for e in entries if e.get("delete-files")]
-    if with_deletes:
-        raise ConfigurationError(
-            f"{len(with_deletes)} input file(s) have delete files, e.g. {with_deletes[0]}; rewriting them "
-            "without applying their deletes would resurrect deleted rows"
-        )
+    scanned_inputs = [_scanned_from_json(e, specs, schema) for e in entries]
+    inputs = [f.data_file for f in scanned_inputs]
+    delete_stats = DeleteStats()
     options = CompactionOptions.from_options(task.get("options"))
     strategy = _strategy(str(task.get("strategy", "binpack")))
     keys = parse_sort_order(task["sort_order"], schema) if task.get("sort_order") else ()
     needs_order = strategy is Strategy.SORT or bool(task.get("needs_repartition"))
     sort_order_id = None
     if strategy is Strategy.SORT:
-        sort_order_id = match_table_sort_order(keys, metadata.sort_orders_by_id(), schema)  # type: ignore[attr-defined]
+        # TableMetadata has no sort_orders_by_id(): build the id -> order map from its list.
+        orders = {order.order_id: order for order in metadata.sort_orders}
+        sort_order_id = match_table_sort_order(keys, orders, schema)
         if sort_order_id is None:
             log.warning("sort order %r is not one of the table's orders: files are stamped unsorted", task["sort_order"])
             sort_order_id = 0
@@ -227,14 +248,9 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
             file_prefix=group_id,
         )
         try:
-            batches = iter_group_batches(
-                table.io,
-                inputs,
-                table_schema=schema,
-                specs=specs,
-                name_mapping=metadata.name_mapping(),
-                format_version=metadata.format_version,
-                batch_size=limits.batch_size,
+            # Every delete file that applies is applied: the rewrite keeps exactly the live rows.
+            batches = iter_live_group_batches(
+                table.io, metadata, scanned_inputs, limits=limits, spill_dir=spill_dir, stats=delete_stats
             )
             if needs_order:
                 batches = _ordered(batches, keys, output_spec, schema, limits, spill_dir)
@@ -243,9 +259,11 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
                 for partition_key, run in splitter.split(batch):
                     writer.write(partition_key, run)
             added = writer.close()
-            if writer.rows_written != expected_rows:
+            live_rows = delete_stats.rows_read - delete_stats.rows_deleted
+            if delete_stats.rows_read != expected_rows or writer.rows_written != live_rows:
                 raise IcebergExecError(
-                    f"group {group_id} read {expected_rows} rows but wrote {writer.rows_written}; nothing committed"
+                    f"group {group_id} read {delete_stats.rows_read} of {expected_rows} rows, deleted "
+                    f"{delete_stats.rows_deleted}, but wrote {writer.rows_written}; nothing committed"
                 )
         except BaseException as err:
             writer.abort()
@@ -276,11 +294,12 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
             "options": task.get("options", {}),
             "rewritten_data_files": [e["data-file"] for e in entries],
             "added_data_files": [data_file_to_json(f, output_spec, schema) for f in added],
-            "removed_delete_files": [],
+            "removed_delete_files": list(task.get("removed_delete_files", [])),
             "rewritten_bytes_count": sum(f.file_size_in_bytes for f in inputs),
             "added_bytes_count": added_bytes,
             "rewritten_records": expected_rows,
             "added_records": writer.rows_written,
+            "deleted_records": delete_stats.rows_deleted,
             "peak_rss_bytes": stats.peak_rss_bytes,
             "spilled_bytes": stats.spilled_bytes,
             "elapsed_seconds": round(stats.elapsed_seconds, 3),
@@ -336,6 +355,13 @@ def commit_compaction(
     for number, batch in sorted(batches.items()):
         rewritten = [data_file_from_json(f, specs, schema) for d in batch for f in d["rewritten_data_files"]]
         added = [data_file_from_json(f, specs, schema) for d in batch for f in d["added_data_files"]]
+        removed_deletes = _with_dangling_deletes(
+            table,
+            [data_file_from_json(f, specs, schema) for d in batch for f in d.get("removed_delete_files", [])],
+            base_snapshot_id=int(base_snapshot_id),
+            rewritten_paths={f.file_path for f in rewritten},
+            branch=branch,
+        )
         batch_id = commit_id if len(batches) == 1 else f"{commit_id}.{number}"
         try:
             _check_outputs_exist(table, added)
@@ -344,10 +370,15 @@ def commit_compaction(
                 base_snapshot_id=int(base_snapshot_id),
                 rewritten_data_files=rewritten,
                 added_data_files=added,
+                removed_delete_files=removed_deletes,
                 commit_id=batch_id,
                 use_starting_sequence_number=options.use_starting_sequence_number,
                 branch=branch,
             )
+        except ConfigurationError:
+            # E.g. a format-version 3 table: nothing was committed and these files never will be.
+            _delete_quietly(table, added)
+            raise
         except CommitValidationError as err:
             # Validation failures repeat on any retry, so the new files can never be committed.
             _delete_quietly(table, added)
@@ -365,6 +396,7 @@ def commit_compaction(
         all_already = all_already and outcome.already_committed
         summary["rewritten_data_files_count"] += len(rewritten)
         summary["added_data_files_count"] += len(added)
+        summary["removed_delete_files_count"] += len(removed_deletes)
         summary["rewritten_bytes_count"] += sum(f.file_size_in_bytes for f in rewritten)
         summary["snapshot_ids"].append(outcome.snapshot_id)
         summary["commits"].append(
@@ -398,6 +430,7 @@ def compact(
     branch: str = "main",
     limits: ResourceLimits | None = None,
     commit_id: str | None = None,
+    only_files_with_equality_deletes: bool = False,
 ) -> dict[str, Any]:
     """Plan, rewrite every group and commit: Spark's ``rewrite_data_files`` in one call.
 
@@ -407,7 +440,15 @@ def compact(
     >>> # compact(table, options={"target-file-size-bytes": "134217728"}, limits=ResourceLimits())
     """
     limits = limits or ResourceLimits()
-    plan = plan_compaction(table, where=where, options=options, strategy=strategy, sort_order=sort_order, branch=branch)
+    plan = plan_compaction(
+        table,
+        where=where,
+        options=options,
+        strategy=strategy,
+        sort_order=sort_order,
+        branch=branch,
+        only_files_with_equality_deletes=only_files_with_equality_deletes,
+    )
     resolved = CompactionOptions.from_options(plan["options"])
     results: list[dict[str, Any]] = []
     failed_files = 0
@@ -466,6 +507,86 @@ def _scanned_to_json(scanned: ScannedFile, specs: Mapping[int, PartitionSpec], s
     }
 
 
+def _has_equality_deletes(scanned: ScannedFile) -> bool:
+    from pyiceberg.manifest import DataFileContent
+
+    return any(d.data_file.content == DataFileContent.EQUALITY_DELETES for d in scanned.delete_files)
+
+
+def _scanned_from_json(
+    entry: Mapping[str, Any], specs: Mapping[int, PartitionSpec], schema: Schema
+) -> ScannedFile:
+    """A task's input file with the delete files that apply to it, as :func:`_scanned_to_json` wrote it."""
+    return ScannedFile(
+        data_file=data_file_from_json(entry["data-file"], specs, schema),
+        data_sequence_number=int(entry.get("data-sequence-number") or 0),
+        delete_files=tuple(
+            ScannedDelete(
+                data_file_from_json(d["content-file"], specs, schema), int(d.get("data-sequence-number") or 0)
+            )
+            for d in entry.get("delete-files", [])
+        ),
+    )
+
+
+def _delete_targets(scanned: Sequence[ScannedFile]) -> dict[str, tuple[ScannedDelete, set[str]]]:
+    """For each live delete file, the live data files it applies to."""
+    targets: dict[str, tuple[ScannedDelete, set[str]]] = {}
+    for data in scanned:
+        for delete in data.delete_files:
+            targets.setdefault(delete.data_file.file_path, (delete, set()))[1].add(data.data_file.file_path)
+    return targets
+
+
+def _removable_deletes(
+    files: Sequence[ScannedFile],
+    applies_to: Mapping[str, tuple[ScannedDelete, set[str]]],
+    specs: Mapping[int, PartitionSpec],
+    schema: Schema,
+) -> list[dict[str, Any]]:
+    """Delete files that apply only to files of this group: dangling once the group is rewritten.
+
+    This covers the DVs and file-scoped position deletes of the rewritten files. A delete file that also
+    applies to a file of another group (or one left out of the plan) stays; left behind, it can no longer
+    match the rewritten rows (new paths; data sequence number not below an equality delete's).
+    """
+    paths = {f.data_file.file_path for f in files}
+    removable: dict[str, DataFile] = {}
+    for data in files:
+        for delete in data.delete_files:
+            path = delete.data_file.file_path
+            if path in applies_to and applies_to[path][1] <= paths:
+                removable[path] = delete.data_file
+    return [data_file_to_json(d, specs[d.spec_id], schema) for _, d in sorted(removable.items())]
+
+
+def _with_dangling_deletes(
+    table: Table,
+    removed: Sequence[DataFile],
+    *,
+    base_snapshot_id: int,
+    rewritten_paths: set[str],
+    branch: str,
+) -> list[DataFile]:
+    """``removed`` plus the live delete files that apply only to ``rewritten_paths`` at the branch head.
+
+    Only deletes at or below the base snapshot's sequence number qualify: the rewrite applied those, and
+    they cannot apply to the output (new paths; an output data sequence number not below theirs). A
+    newer equality delete keeps applying to the output and stays.
+    """
+    from pyiceberg.expressions import AlwaysTrue
+
+    head = table.snapshot_by_name(branch)
+    base = table.snapshot_by_id(base_snapshot_id)
+    chosen = {f.file_path: f for f in removed}
+    if head is None or base is None or base.sequence_number is None:
+        return list(chosen.values())
+    for path, (delete, targets) in _delete_targets(scan_data_files(table, head, AlwaysTrue())).items():
+        if delete.data_sequence_number <= base.sequence_number and targets <= rewritten_paths:
+            chosen.setdefault(path, delete.data_file)
+    return [chosen[p] for p in sorted(chosen)]
+
+
 def _ordered(
     batches: Iterator[pa.RecordBatch],
     keys: Sequence[SortKey],
@@ -480,11 +601,12 @@ def _ordered(
     instead of polling every input file at once; transformed keys become hidden columns.
     """
     import pyarrow as pa
-    import pyarrow.dataset as ds
     import pyarrow.parquet as pq
     from datafusion import col
 
-    hidden: list[tuple[str, Any, bool, bool]] = []  # (name, fn(batch) -> array, ascending, nulls_first)
+    # (column name, fn(batch) -> array or None for a column of the batch itself, ascending, nulls_first)
+    hidden: list[tuple[str, Any, bool, bool]] = []
+    top_level = set(schema.as_arrow().names)
     for i, partition_field in enumerate(spec.fields):
         source = schema.find_field(partition_field.source_id)
         column = schema.find_column_name(partition_field.source_id)
@@ -492,28 +614,35 @@ def _ordered(
         hidden.append((f"{_HIDDEN_PREFIX}p{i}", _keyed(column, fn), True, True))
     for j, key in enumerate(keys):
         source = schema.find_field(key.source_id)
-        if key.transform == "identity":
-            fn = None
-        else:
-            fn = transform_of(key).pyarrow_transform(source.field_type)
-        hidden.append((f"{_HIDDEN_PREFIX}s{j}", _keyed(key.column, fn), key.ascending, key.nulls_first))
+        if key.transform == "identity" and key.column in top_level and "." not in key.column:
+            # Sort on the column itself: a hidden copy doubled what was staged, sorted and spilled.
+            hidden.append((key.column, None, key.ascending, key.nulls_first))
+            continue
+        transform = None if key.transform == "identity" else transform_of(key)
+        key_fn = transform.pyarrow_transform(source.field_type) if transform else None
+        hidden.append((f"{_HIDDEN_PREFIX}s{j}", _keyed(key.column, key_fn), key.ascending, key.nulls_first))
+    computed = [(name, fn) for name, fn, _asc, _nf in hidden if fn is not None]
 
-    stage_path = os.path.join(spill_dir, "stage.parquet")
+    # Beside the run's spill directory, not in it: the execution stats count that directory as spilled
+    # bytes, and a sort that fits in memory spills nothing.
+    stage_path = f"{spill_dir}.stage.parquet"
     writer = None
     buffered: list[pa.RecordBatch] = []
-    buffered_bytes = 0
+    buffered_bytes = staged_bytes = staged_rows = 0
     width = 0
     try:
         for batch in batches:
             width = batch.num_columns
-            extra = [fn(batch) for _name, fn, _asc, _nf in hidden]
             staged = pa.RecordBatch.from_arrays(
-                [*batch.columns, *extra], names=[*batch.schema.names, *[h[0] for h in hidden]]
+                [*batch.columns, *(fn(batch) for _name, fn in computed)],
+                names=[*batch.schema.names, *(name for name, _fn in computed)],
             )
             if writer is None:
                 writer = pq.ParquetWriter(stage_path, staged.schema, compression="lz4")
             buffered.append(staged)
             buffered_bytes += staged.nbytes
+            staged_bytes += staged.nbytes
+            staged_rows += staged.num_rows
             if buffered_bytes >= _STAGE_ROW_GROUP_BYTES:
                 writer.write_table(pa.Table.from_batches(buffered))
                 buffered, buffered_bytes = [], 0
@@ -523,9 +652,13 @@ def _ordered(
             writer.write_table(pa.Table.from_batches(buffered))
         writer.close()
         writer = None
-        ctx = build_session(limits, spill_dir)
-        fmt = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=False))
-        ctx.register_dataset("staged", ds.dataset(stage_path, format=fmt))
+        # Freed staging buffers stay cached in PyArrow's allocator unless handed back now.
+        pa.default_memory_pool().release_unused()
+        ctx = build_session(_sort_limits(limits, staged_bytes, staged_rows), spill_dir)
+        # One sort over one scan partition (a split scan sorts each half in half the pool, then merges),
+        # read by DataFusion's own Parquet reader: through a PyArrow dataset the same sort peaked higher.
+        ctx.sql("SET datafusion.optimizer.repartition_file_scans = false").collect()
+        ctx.register_parquet("staged", stage_path)
         frame = ctx.table("staged").sort(
             *(col(name).sort(ascending=asc, nulls_first=nulls_first) for name, _fn, asc, nulls_first in hidden)
         )
@@ -537,6 +670,18 @@ def _ordered(
             writer.close()
         if os.path.exists(stage_path):
             os.remove(stage_path)
+
+
+def _sort_limits(limits: ResourceLimits, staged_bytes: int, staged_rows: int) -> ResourceLimits:
+    """``limits`` with batches of about :data:`_SORT_BATCH_BYTES` for the sort.
+
+    Outside its pool DataFusion's external sort holds a few batches per sorted run and per merge input;
+    measured on 4M rows of 64 bytes under a 64 MiB pool, 8192-row batches cost 217 MiB above the baseline
+    and 2048-row batches 143 MiB.
+    """
+    row_bytes = max(1, staged_bytes // max(1, staged_rows))
+    rows = max(_MIN_SORT_BATCH_ROWS, min(limits.batch_size, _SORT_BATCH_BYTES // row_bytes))
+    return dataclasses.replace(limits, batch_size=rows)
 
 
 def _keyed(column: str | None, fn: Any) -> Any:
@@ -557,7 +702,7 @@ def _resource_error(err: BaseException) -> BaseException:
     if isinstance(err, IcebergExecError):
         return err
     text = str(err)
-    if isinstance(err, OSError) and err.errno == errno.ENOSPC or "No space left on device" in text:
+    if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "No space left on device" in text:
         return ResourceLimitError(f"the spill disk is full: {text.splitlines()[0] if text else err}; free space or raise the limit")
     if "Resources exhausted" in text:
         first = text.splitlines()[0]

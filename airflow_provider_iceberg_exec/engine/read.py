@@ -55,6 +55,7 @@ def iter_data_file_batches(
     from pyiceberg.io.pyarrow import _get_column_projection_values, _to_requested_schema, pyarrow_to_schema
     from pyiceberg.manifest import FileFormat
     from pyiceberg.schema import prune_columns
+    from pyiceberg.types import ListType, MapType
 
     path = data_file.file_path
     try:
@@ -82,7 +83,14 @@ def iter_data_file_batches(
         missing_values = _get_column_projection_values(
             data_file, table_schema, table_schema, spec, file_schema.field_ids
         )
-        file_projection = prune_columns(file_schema, table_schema.field_ids, select_full_types=False)
+        # Like PyIceberg's ArrowScan: list and map ids cannot be selected themselves (prune_columns
+        # raises); selecting their element, key and value ids keeps them.
+        wanted = {
+            field_id
+            for field_id in table_schema.field_ids
+            if not isinstance(table_schema.find_type(field_id), (ListType, MapType))
+        }
+        file_projection = prune_columns(file_schema, wanted, select_full_types=False)
         columns = [column.name for column in file_projection.columns]
         read_rows = 0
         try:
@@ -103,7 +111,8 @@ def iter_data_file_batches(
         if read_rows != data_file.record_count:
             # The manifest and the file disagree: never write a rewrite that could lose rows.
             raise DataFileReadError(
-                f"data file {path} holds {read_rows} rows but its manifest entry says {data_file.record_count}"
+                f"data file {path} holds {read_rows} rows but its manifest entry says "
+                f"{data_file.record_count}"
             )
 
 

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ScannedDelete", "ScannedFile", "parse_where", "scan_data_files"]
 
+#: The ``file_path`` column of position delete files.
+_FILE_PATH_FIELD_ID = 2147483546
+
 
 @dataclass(frozen=True)
 class ScannedDelete:
@@ -79,6 +82,8 @@ def scan_data_files(table: Table, snapshot: Snapshot, row_filter: BooleanExpress
     from pyiceberg.manifest import DataFileContent, ManifestContent
     from pyiceberg.table import ManifestGroupPlanner
 
+    from airflow_provider_iceberg_exec.engine.manifests import read_manifest_entries
+
     io = table.io
     metadata = table.metadata
     manifests = snapshot.manifests(io)
@@ -90,8 +95,9 @@ def scan_data_files(table: Table, snapshot: Snapshot, row_filter: BooleanExpress
         for e in chain.from_iterable(planner.plan_manifest_entries(data_manifests))
         if e.data_file.content == DataFileContent.DATA
     ]
+    # The engine's reader keeps referenced_data_file, which PyIceberg's v2 read schema drops.
     deletes = _DeleteIndex(
-        chain.from_iterable(m.fetch_manifest_entry(io, discard_deleted=True) for m in delete_manifests),
+        chain.from_iterable(read_manifest_entries(io, m, discard_deleted=True) for m in delete_manifests),
         unpartitioned_specs={sid for sid, spec in metadata.specs().items() if spec.is_unpartitioned()},
     )
     return [
@@ -130,7 +136,11 @@ class _DeleteIndex:
 
     def for_data_file(self, data_file: DataFile, sequence_number: int) -> tuple[ScannedDelete, ...]:
         key = (data_file.spec_id, _partition_key(data_file))
-        applies = [d for d in self._positional.get(key, ()) if d.data_sequence_number >= sequence_number]
+        applies = [
+            d
+            for d in self._positional.get(key, ())
+            if d.data_sequence_number >= sequence_number and _may_reference(d.data_file, data_file.file_path)
+        ]
         applies += [
             d
             for d in chain(self._equality.get(key, ()), self._global_equality)
@@ -139,5 +149,23 @@ class _DeleteIndex:
         return tuple(sorted(applies, key=lambda d: d.data_file.file_path))
 
 
+def _may_reference(delete_file: DataFile, path: str) -> bool:
+    """Whether a position delete file may delete rows of the data file at ``path``.
+
+    As Java's DeleteFileIndex: by ``referenced_data_file`` when set, else by the ``file_path`` column's
+    bounds. Without this, a position delete was taken to apply to every data file of its partition.
+    """
+    from airflow_provider_iceberg_exec.engine.manifests import referenced_data_file
+
+    referenced = referenced_data_file(delete_file)
+    if referenced is not None:
+        return referenced == path
+    encoded = path.encode()
+    lower = (delete_file.lower_bounds or {}).get(_FILE_PATH_FIELD_ID)
+    upper = (delete_file.upper_bounds or {}).get(_FILE_PATH_FIELD_ID)
+    return (lower is None or lower <= encoded) and (upper is None or encoded <= upper)
+
+
 def _partition_key(data_file: DataFile) -> object:
-    return tuple(data_file.partition)
+    partition = data_file.partition
+    return tuple(partition[i] for i in range(len(partition)))

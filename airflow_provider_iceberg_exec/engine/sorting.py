@@ -60,15 +60,19 @@ def parse_sort_order(text: str, schema: Schema) -> tuple[SortKey, ...]:
 
     :raises ConfigurationError: for an empty order, an unknown column or transform, or a z-order.
     """
-    from pyiceberg.transforms import parse_transform
+    from pyiceberg.transforms import UnknownTransform, parse_transform
 
     if text.strip().lower().startswith("zorder"):
-        raise ConfigurationError("z-order sort orders are not supported; give columns, e.g. 'id ASC NULLS LAST'")
+        raise ConfigurationError(
+            "z-order sort orders are not supported; give columns, e.g. 'id ASC NULLS LAST'"
+        )
     keys = []
     for part in _split_top_level(text):
         match = _KEY_RE.match(part)
         if not match or not match.group("expr").strip():
-            raise ConfigurationError(f"cannot parse sort key {part!r}; expected 'column [ASC|DESC] [NULLS FIRST|LAST]'")
+            raise ConfigurationError(
+                f"cannot parse sort key {part!r}; expected 'column [ASC|DESC] [NULLS FIRST|LAST]'"
+            )
         expr = match.group("expr").strip()
         ascending = (match.group("dir") or "ASC").upper() == "ASC"
         nulls = match.group("nulls")
@@ -89,8 +93,13 @@ def parse_sort_order(text: str, schema: Schema) -> tuple[SortKey, ...]:
             transform = parse_transform(transform_text)
         except ValueError:
             raise ConfigurationError(f"unknown transform in sort key {part.strip()!r}") from None
+        # parse_transform returns an UnknownTransform for names it does not know instead of raising.
+        if isinstance(transform, UnknownTransform):
+            raise ConfigurationError(f"unknown transform in sort key {part.strip()!r}")
         if not transform.can_transform(field.field_type):
-            raise ConfigurationError(f"cannot apply {transform} to column {column!r} of type {field.field_type}")
+            raise ConfigurationError(
+                f"cannot apply {transform} to column {column!r} of type {field.field_type}"
+            )
         keys.append(SortKey(column, field.field_id, str(transform), ascending, nulls_first))
     if not keys:
         raise ConfigurationError("the sort order is empty; give at least one column")
@@ -98,7 +107,9 @@ def parse_sort_order(text: str, schema: Schema) -> tuple[SortKey, ...]:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "(":
             depth += 1
@@ -134,7 +145,9 @@ def table_sort_keys(order: SortOrder, schema: Schema) -> tuple[SortKey, ...]:
     return tuple(keys)
 
 
-def match_table_sort_order(keys: tuple[SortKey, ...], orders: dict[int, SortOrder], schema: Schema) -> int | None:
+def match_table_sort_order(
+    keys: tuple[SortKey, ...], orders: dict[int, SortOrder], schema: Schema
+) -> int | None:
     """The id of the table order that ``keys`` are exactly, or None (Java stamps 0 = unsorted then)."""
     for order_id, order in sorted(orders.items()):
         if order.is_unsorted:
@@ -148,4 +161,4 @@ def transform_of(key: SortKey) -> Transform[object, object]:
     """The PyIceberg transform of ``key``."""
     from pyiceberg.transforms import parse_transform
 
-    return parse_transform(key.transform)  # type: ignore[no-any-return]
+    return parse_transform(key.transform)

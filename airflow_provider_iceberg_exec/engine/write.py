@@ -8,6 +8,7 @@ by the partition keys whenever rows of several partitions are mixed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -68,7 +69,9 @@ class PartitionSplitter:
                 raise ConfigurationError(
                     f"partition field {partition_field.name!r} has no source column in the table schema"
                 )
-            self._transforms.append((name, partition_field, partition_field.transform.pyarrow_transform(source.field_type)))
+            self._transforms.append(
+                (name, partition_field, partition_field.transform.pyarrow_transform(source.field_type))
+            )
 
     def split(self, batch: pa.RecordBatch) -> list[tuple[PartitionKey | None, pa.RecordBatch]]:
         """Split ``batch`` where its partition changes; each run with its partition key."""
@@ -90,7 +93,7 @@ class PartitionSplitter:
                 step = pc.or_(differs, null_flip)
                 changed = step if changed is None else pc.or_(changed, step)
             boundaries = [i + 1 for i in pc.indices_nonzero(changed).to_pylist()]
-        runs = []
+        runs: list[tuple[PartitionKey | None, pa.RecordBatch]] = []
         starts = [0, *boundaries]
         ends = [*boundaries, batch.num_rows]
         for start, end in zip(starts, ends, strict=True):
@@ -126,6 +129,7 @@ class _OpenFile:
     buffered: list[pa.RecordBatch] = field(default_factory=list)
     buffered_bytes: int = 0
     rows: int = 0
+    nan_counts: dict[int, int] = field(default_factory=dict)
 
 
 class RollingDataFileWriter:
@@ -176,8 +180,13 @@ class RollingDataFileWriter:
         self._writer_kwargs = _get_parquet_writer_kwargs(
             {k: v for k, v in self._properties.items() if k != _ROW_GROUP_SIZE_BYTES}
         )
+        # PyIceberg passes write.parquet.page-row-limit (20000) as PyArrow's write_batch_size, and PyArrow
+        # checks the page size only once per write batch, so page-size-bytes was ignored for pages
+        # under 20000 values. The property is Java's rows-per-page cap: pass it as that.
+        self._writer_kwargs["max_rows_per_page"] = self._writer_kwargs.pop("write_batch_size")
         self._stats_plan = compute_statistics_plan(file_schema, self._properties)
         self._path_to_id = parquet_path_to_id_mapping(file_schema)
+        self._has_floats = any(_is_float(t) for t in _leaf_types(self._arrow_schema))
         self._target = target_file_size_bytes
         self._sort_order_id = sort_order_id
         self._prefix = file_prefix
@@ -219,15 +228,26 @@ class RollingDataFileWriter:
                 take = batch.num_rows
             else:
                 take = max(1, int(batch.num_rows * max(room, 0.0) / expected))
+            file_full = take < batch.num_rows
+            first_group_cap = self._target / 8 if self._uncompressed_total == 0 else self._row_group_bytes
+            group_limit = min(self._row_group_bytes, first_group_cap)
+            # Cut the batch where the row group is full too, so that a row group (and the memory it
+            # buffers) does not overshoot row-group-size-bytes by up to a whole batch.
+            group_room = group_limit - current.buffered_bytes
+            if batch.slice(0, take).nbytes > group_room:
+                group_take = max(1, int(batch.num_rows * max(group_room, 0.0) / max(batch.nbytes, 1)))
+                if group_take < take:
+                    take, file_full = group_take, False
             piece = batch.slice(0, take)
             batch = batch.slice(take)
             current.buffered.append(piece)
             current.buffered_bytes += piece.nbytes
             current.rows += piece.num_rows
-            first_group_cap = self._target / 8 if self._uncompressed_total == 0 else self._row_group_bytes
-            if current.buffered_bytes >= min(self._row_group_bytes, first_group_cap):
+            if self._has_floats:
+                _add_nan_counts(self._arrow_schema, piece, current.nan_counts)
+            if current.buffered_bytes >= group_limit or (batch.num_rows and not file_full):
                 self._flush(current)
-            if batch.num_rows or current.stream.tell() + current.buffered_bytes * self._ratio() >= self._target:
+            if file_full or current.stream.tell() + current.buffered_bytes * self._ratio() >= self._target:
                 self._close_current()
                 current = None
 
@@ -240,7 +260,9 @@ class RollingDataFileWriter:
         stream = self._io.new_output(path).create(overwrite=False)
         self._paths.append(path)
         try:
-            writer = pq.ParquetWriter(stream, schema=self._arrow_schema, store_decimal_as_integer=True, **self._writer_kwargs)
+            writer = pq.ParquetWriter(
+                stream, schema=self._arrow_schema, store_decimal_as_integer=True, **self._writer_kwargs
+            )
         except Exception:
             stream.close()
             raise
@@ -262,7 +284,7 @@ class RollingDataFileWriter:
         current.buffered_bytes = 0
 
     def _close_current(self) -> None:
-        from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
+        from pyiceberg.io.pyarrow import MetricModeTypes, data_file_statistics_from_parquet_metadata
         from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
         from pyiceberg.typedef import Record
 
@@ -281,6 +303,17 @@ class RollingDataFileWriter:
             parquet_metadata=current.writer.writer.metadata,
             stats_columns=self._stats_plan,
             parquet_column_mapping=self._path_to_id,
+        )
+        # Parquet footers carry no NaN counts, so PyIceberg leaves them out; Java writes them for every
+        # float and double column whose metrics mode is not "none", and so do we (counted while writing).
+        statistics = dataclasses.replace(
+            statistics,
+            nan_value_counts={
+                field_id: count
+                for field_id, count in current.nan_counts.items()
+                if field_id in self._stats_plan
+                and self._stats_plan[field_id].mode.type != MetricModeTypes.NONE
+            },
         )
         data_file = DataFile.from_args(
             content=DataFileContent.DATA,
@@ -318,6 +351,61 @@ class RollingDataFileWriter:
             except (FileNotFoundError, OSError):
                 log.warning("could not remove partial output %s", path)
         self._written.clear()
+
+
+def _field_id(arrow_field: pa.Field) -> int:
+    return int((arrow_field.metadata or {})[b"PARQUET:field_id"])
+
+
+def _is_float(arrow_type: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type))
+
+
+def _leaf_types(schema: pa.Schema) -> list[pa.DataType]:
+    import pyarrow as pa
+
+    leaves: list[pa.DataType] = []
+    pending = [f.type for f in schema]
+    while pending:
+        arrow_type = pending.pop()
+        if pa.types.is_struct(arrow_type):
+            pending.extend(arrow_type.field(i).type for i in range(arrow_type.num_fields))
+        elif pa.types.is_map(arrow_type):
+            pending.extend([arrow_type.key_type, arrow_type.item_type])
+        elif pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+            pending.append(arrow_type.value_type)
+        else:
+            leaves.append(arrow_type)
+    return leaves
+
+
+def _add_nan_counts(schema: pa.Schema, batch: pa.RecordBatch, counts: dict[int, int]) -> None:
+    """Add the NaN values of every float/double column of ``batch`` (nested ones too) to ``counts``."""
+    for arrow_field, column in zip(schema, batch.columns, strict=True):
+        _count_nans(arrow_field, column, counts)
+
+
+def _count_nans(arrow_field: pa.Field, array: pa.Array, counts: dict[int, int]) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arrow_type = arrow_field.type
+    if _is_float(arrow_type):
+        nans = pc.sum(pc.is_nan(array)).as_py() or 0
+        counts[_field_id(arrow_field)] = counts.get(_field_id(arrow_field), 0) + nans
+    elif pa.types.is_struct(arrow_type):
+        # flatten() folds the struct's own nulls into its children.
+        for child_field, child in zip(arrow_type, array.flatten(), strict=True):
+            _count_nans(child_field, child, counts)
+    elif pa.types.is_map(arrow_type):
+        entries = pa.list_(pa.struct([arrow_type.key_field, arrow_type.item_field]))
+        keys, items = array.cast(entries).flatten().flatten()
+        _count_nans(arrow_type.key_field, keys, counts)
+        _count_nans(arrow_type.item_field, items, counts)
+    elif pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        _count_nans(arrow_type.value_field, array.flatten(), counts)
 
 
 def _partition(key: PartitionKey | None) -> Record | None:
