@@ -1,0 +1,486 @@
+"""Compaction applies position deletes, deletion vectors and equality deletes (engine/deletes.py).
+
+Delete files are written by these tests and committed with the engine's own delete-manifest writer, as
+tests/integration/test_commit.py does. PyIceberg 0.12 cannot read equality deletes, so the expected rows
+of those tables are computed here from the spec's rules; once compaction resolved them, PyIceberg reads
+the table and must see exactly those rows.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+)
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.typedef import Record
+from pyiceberg.types import LongType, NestedField, StringType
+
+from airflow_provider_iceberg_exec.engine.compaction import compact, plan_compaction
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.deletes import decode_deletion_vector
+from airflow_provider_iceberg_exec.engine.manifests import new_manifest_writer
+from airflow_provider_iceberg_exec.engine.scan import scan_data_files
+from tests.helpers import commit_position_deletes, data_files, live_checksum
+
+pytestmark = pytest.mark.integration
+
+MiB = 1 << 20
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "category", StringType(), required=False),
+    NestedField(3, "name", StringType(), required=False),
+)
+
+
+def _limits(tmp_path: Path, memory_bytes: int = 64 * MiB) -> ResourceLimits:
+    return ResourceLimits(memory_limit_bytes=memory_bytes, spill_dir=str(tmp_path / "spill"))
+
+
+def _create(catalog: SqlCatalog, *, partitioned_later: bool = False) -> Table:
+    table = catalog.create_table("ns.t", schema=SCHEMA, properties={"format-version": "2"})
+    if partitioned_later:
+        with table.update_spec() as update:
+            update.add_field("category", IdentityTransform(), "category")
+    return table
+
+
+def _name(i: int) -> str | None:
+    return None if i % 5 == 0 else f"n{i}"
+
+
+def _append(table: Table, ids: Sequence[int], category: str = "a") -> None:
+    table.append(
+        pa.table(
+            {
+                "id": pa.array(list(ids), pa.int64()),
+                "category": [category] * len(ids),
+                "name": [_name(i) for i in ids],
+            }
+        )
+    )
+
+
+def _commit_deletes(table: Table, delete_files: Sequence[DataFile]) -> None:
+    """One ``delete`` snapshot adding ``delete_files`` (one delete manifest per spec)."""
+    by_spec: dict[int, list[DataFile]] = {}
+    for f in delete_files:
+        by_spec.setdefault(f.spec_id, []).append(f)
+
+    class _AddDeletes(_FastAppendFiles):
+        def _manifests(self) -> list[Any]:
+            metadata = self._transaction.table_metadata
+            manifests = []
+            for spec_id, files in by_spec.items():
+                with new_manifest_writer(
+                    format_version=2,
+                    content=ManifestContent.DELETES,
+                    spec=metadata.specs()[spec_id],
+                    schema=metadata.schema(),
+                    output_file=self.new_manifest_output(),
+                    snapshot_id=self.snapshot_id,
+                    avro_compression=self._compression,
+                ) as writer:
+                    for f in files:
+                        writer.add_entry(
+                            ManifestEntry.from_args(
+                                status=ManifestEntryStatus.ADDED,
+                                snapshot_id=self.snapshot_id,
+                                sequence_number=None,
+                                file_sequence_number=None,
+                                data_file=f,
+                            )
+                        )
+                manifests.append(writer.to_manifest_file())
+            return [*manifests, *self._existing_manifests()]
+
+    tx = table.transaction()
+    producer = _AddDeletes(Operation.DELETE, tx, table.io)
+    producer._added_data_files = list(delete_files)
+    producer.commit()
+    tx.commit_transaction()
+    table.refresh()
+
+
+def _equality_deletes(
+    table: Table,
+    columns: dict[str, tuple[int, pa.DataType, list[Any]]],
+    *,
+    spec_id: int,
+    partition: tuple[Any, ...] = (),
+) -> DataFile:
+    """An equality delete file keyed on ``columns`` (name -> field id, type, values)."""
+    location = f"{table.location()}/data/eq-deletes-{uuid.uuid4().hex}.parquet"
+    schema = pa.schema(
+        [pa.field(name, t, metadata={"PARQUET:field_id": str(fid)}) for name, (fid, t, _) in columns.items()]
+    )
+    data = pa.table({name: values for name, (_, _, values) in columns.items()}, schema=schema)
+    with table.io.new_output(location).create() as stream:
+        pq.write_table(data, stream)
+    delete_file = DataFile.from_args(
+        content=DataFileContent.EQUALITY_DELETES,
+        file_path=location,
+        file_format=FileFormat.PARQUET,
+        partition=Record(*partition),
+        record_count=data.num_rows,
+        file_size_in_bytes=len(table.io.new_input(location)),
+        column_sizes={},
+        value_counts={},
+        null_value_counts={},
+        nan_value_counts={},
+        lower_bounds={},
+        upper_bounds={},
+        equality_ids=[fid for fid, _, _ in columns.values()],
+    )
+    delete_file.spec_id = spec_id
+    return delete_file
+
+
+def _ids(table: Table) -> list[int]:
+    """The ``id`` of every live row, read by PyIceberg (which refuses tables with equality deletes)."""
+    table.refresh()
+    return sorted(table.scan().to_arrow().column("id").to_pylist())
+
+
+def _live_delete_files(table: Table) -> list[DataFile]:
+    table.refresh()
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    from airflow_provider_iceberg_exec.engine.manifests import read_manifest_entries
+
+    return [
+        e.data_file
+        for m in snapshot.manifests(table.io)
+        if m.content == ManifestContent.DELETES
+        for e in read_manifest_entries(table.io, m)
+    ]
+
+
+_ALL = {"rewrite-all": "true"}
+
+
+# -- position deletes ---------------------------------------------------------------------------------------
+
+
+def test_position_deletes_are_applied_and_their_file_removed(catalog: SqlCatalog, tmp_path: Path) -> None:
+    table = _create(catalog)
+    for start in (0, 10, 20):
+        _append(table, range(start, start + 10))
+    target = sorted(f.file_path for f in data_files(table))[0]
+    commit_position_deletes(table, target, [0, 3, 9])
+    before = live_checksum(table)
+    assert before[0] == 27
+
+    result = compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    assert live_checksum(table) == before
+    assert result["removed_delete_files_count"] == 1
+    assert _live_delete_files(table) == []
+    assert len(data_files(table)) == 1
+
+
+def test_position_deletes_by_file_path_bounds_apply(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """A position delete file without referenced_data_file is applied by its file_path column."""
+    table = _create(catalog)
+    for start in (0, 10):
+        _append(table, range(start, start + 10))
+    target = sorted(f.file_path for f in data_files(table))[1]
+    commit_position_deletes(table, target, [1, 2], set_referenced_data_file=False)
+    before = live_checksum(table)
+
+    compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    assert live_checksum(table) == before
+    assert before[0] == 18
+
+
+def test_plan_no_longer_skips_files_with_deletes(catalog: SqlCatalog) -> None:
+    table = _create(catalog)
+    for start in (0, 10):
+        _append(table, range(start, start + 10))
+    target = sorted(f.file_path for f in data_files(table))[0]
+    commit_position_deletes(table, target, [0])
+
+    plan = plan_compaction(table, options={"min-input-files": "2"})
+
+    assert plan["skipped"] == []
+    (task,) = plan["tasks"]
+    assert {e["data-file"]["file-path"] for e in task["data_files"]} == {
+        f.file_path for f in data_files(table)
+    }
+    assert len(task["removed_delete_files"]) == 1
+
+
+# -- equality deletes -------------------------------------------------------------------------------------
+
+
+def test_equality_delete_applies_to_older_data_only(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """seq 1: ids 0..9; seq 2: eq delete {3, 13}; seq 3: ids 10..19 -- 13 is newer than the delete."""
+    table = _create(catalog)
+    _append(table, range(10))
+    _commit_deletes(table, [_equality_deletes(table, {"id": (1, pa.int64(), [3, 13])}, spec_id=0)])
+    _append(table, range(10, 20))
+
+    result = compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    assert _ids(table) == [i for i in range(20) if i != 3]  # PyIceberg reads it: no equality delete left
+    assert result["removed_delete_files_count"] == 1
+    assert _live_delete_files(table) == []
+
+
+def test_global_and_partition_scoped_equality_deletes(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """Spec 0 is unpartitioned (global deletes), spec 1 identity(category)."""
+    table = _create(catalog, partitioned_later=True)
+    _append(table, range(10), "a")
+    _append(table, range(10, 20), "b")
+    _commit_deletes(
+        table,
+        [
+            _equality_deletes(table, {"id": (1, pa.int64(), [1, 12])}, spec_id=0),  # global
+            _equality_deletes(table, {"id": (1, pa.int64(), [2, 13])}, spec_id=1, partition=("a",)),
+        ],
+    )
+
+    result = compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    assert _ids(table) == [i for i in range(20) if i not in (1, 12, 2)]  # 13 is in partition b
+    assert result["removed_delete_files_count"] == 2
+
+
+def test_multi_column_equality_delete_matches_null_to_null(catalog: SqlCatalog, tmp_path: Path) -> None:
+    table = _create(catalog)
+    _append(table, range(10))
+    _append(table, range(10, 20))
+    deletes = _equality_deletes(
+        table,
+        {"id": (1, pa.int64(), [5, 7, 8, 15]), "name": (3, pa.string(), [None, "n7", "other", "n15"])},
+        spec_id=0,
+    )
+    _commit_deletes(table, [deletes])
+
+    compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    # 5 (name NULL) and 7 match; 8 has another name; 15's name is NULL, not 'n15'.
+    assert _ids(table) == [i for i in range(20) if i not in (5, 7)]
+
+
+def test_equality_delete_on_a_dropped_column_still_applies(catalog: SqlCatalog, tmp_path: Path) -> None:
+    table = _create(catalog)
+    _append(table, range(10))
+    _append(table, range(10, 20))
+    _commit_deletes(table, [_equality_deletes(table, {"name": (3, pa.string(), ["n4", "n11"])}, spec_id=0)])
+    with table.update_schema() as update:
+        update.delete_column("name")
+
+    compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    assert _ids(table) == [i for i in range(20) if i not in (4, 11)]
+    assert table.schema().find_field("id") is not None
+    assert "name" not in table.schema().column_names
+
+
+def test_position_and_equality_deletes_together(catalog: SqlCatalog, tmp_path: Path) -> None:
+    table = _create(catalog)
+    _append(table, range(10))
+    _append(table, range(10, 20))
+    first = sorted(f.file_path for f in data_files(table))[0]
+    first_ids = pq.read_table(first.removeprefix("file://")).column("id").to_pylist()
+    commit_position_deletes(table, first, [0, 1])
+    _commit_deletes(table, [_equality_deletes(table, {"id": (1, pa.int64(), [15, first_ids[5]])}, spec_id=0)])
+
+    result = compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    gone = {first_ids[0], first_ids[1], first_ids[5], 15}
+    assert _ids(table) == [i for i in range(20) if i not in gone]
+    assert result["removed_delete_files_count"] == 2
+    assert _live_delete_files(table) == []
+
+
+def test_equality_delete_shared_with_a_file_outside_the_plan_is_kept(
+    catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    """A delete that still applies to a live file that was not rewritten stays in the table."""
+    table = _create(catalog, partitioned_later=True)
+    _append(table, range(10), "a")
+    _append(table, range(10, 20), "b")
+    _commit_deletes(table, [_equality_deletes(table, {"id": (1, pa.int64(), [1, 12])}, spec_id=0)])
+
+    result = compact(table, where="category = 'a'", options=_ALL, limits=_limits(tmp_path))
+
+    assert result["rewritten_data_files_count"] == 1
+    assert result["removed_delete_files_count"] == 0
+    assert len(_live_delete_files(table)) == 1
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    scanned = scan_data_files(table, snapshot, __import__("pyiceberg.expressions").expressions.AlwaysTrue())
+    with_deletes = [f.data_file.partition[0] for f in scanned if f.delete_files]
+    assert with_deletes == ["b"]
+
+
+def test_equality_anti_join_with_keys_larger_than_memory_spills(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """300k delete keys of ~200 bytes (about 60 MB) under a 32 MiB limit: the sort-merge join spills."""
+    table = _create(catalog)
+    n = 300_000
+    pad = "x" * 190
+    table.append(
+        pa.table(
+            {
+                "id": pa.array(range(n), pa.int64()),
+                "category": ["a"] * n,
+                "name": [f"{pad}{i:09d}" for i in range(n)],
+            }
+        )
+    )
+    _append(table, range(n, n + 10))
+    deleted = [f"{pad}{i:09d}" for i in range(0, n, 2)] + [f"{pad}missing{i}" for i in range(n // 2)]
+    _commit_deletes(table, [_equality_deletes(table, {"name": (3, pa.string(), deleted)}, spec_id=0)])
+
+    result = compact(table, options=_ALL, limits=_limits(tmp_path, 32 * MiB))
+
+    assert result["spilled_bytes"] > 0, result
+    table.refresh()
+    assert table.scan().count() == n // 2 + 10
+
+
+# -- deletion vectors ----------------------------------------------------------------------------------------
+
+
+def _dv_blob(payload: bytes) -> bytes:
+    body = b"\xd1\xd3\x39\x64" + payload
+    return struct.pack(">I", len(body)) + body + struct.pack(">I", zlib.crc32(body))
+
+
+@pytest.mark.parametrize(
+    "positions",
+    [
+        [],
+        [0],
+        [3, 5, 7],
+        list(range(5000, 9000)),
+        list(range(0, 200000, 3)),
+        [1, (1 << 32) + 2, (3 << 32) + 9],
+    ],
+    ids=["empty", "one", "array", "run", "bitmap", "high-keys"],
+)
+def test_deletion_vector_decoding_matches_pyroaring(positions: list[int]) -> None:
+    from pyroaring import BitMap64
+
+    bitmap = BitMap64(positions)
+    bitmap.run_optimize()
+    assert decode_deletion_vector(_dv_blob(bitmap.serialize())).tolist() == positions
+
+
+def test_deletion_vector_with_a_bad_crc_is_refused() -> None:
+    from pyroaring import BitMap64
+
+    from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
+
+    blob = bytearray(_dv_blob(BitMap64([1, 2]).serialize()))
+    blob[-1] ^= 0xFF
+    with pytest.raises(DataFileReadError, match="CRC-32"):
+        decode_deletion_vector(bytes(blob))
+
+
+# -- equality-delete resolution ------------------------------------------------------------------------------
+
+
+def test_resolution_rewrites_only_files_with_equality_deletes(catalog: SqlCatalog, tmp_path: Path) -> None:
+    from airflow_provider_iceberg_exec.engine.resolve import resolve_equality_deletes
+
+    table = _create(catalog, partitioned_later=True)
+    _append(table, range(10), "a")
+    _append(table, range(10, 20), "b")
+    untouched = {f.file_path for f in data_files(table) if f.partition[0] == "b"}
+    _commit_deletes(
+        table, [_equality_deletes(table, {"id": (1, pa.int64(), [2, 3])}, spec_id=1, partition=("a",))]
+    )
+    _append(table, range(20, 30), "a")  # newer than the delete: not rewritten
+
+    result = resolve_equality_deletes(table, limits=_limits(tmp_path))
+
+    assert result["rewritten_data_files_count"] == 1
+    assert result["removed_delete_files_count"] == 1
+    assert _live_delete_files(table) == []
+    assert untouched <= {f.file_path for f in data_files(table)}
+    assert _ids(table) == [i for i in range(30) if i not in (2, 3)]
+
+
+def test_resolve_deletes_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import json
+
+    from airflow_provider_iceberg_exec.cli import main
+
+    monkeypatch.setenv("PYICEBERG_CATALOG__IT__TYPE", "sql")
+    monkeypatch.setenv("PYICEBERG_CATALOG__IT__URI", f"sqlite:///{tmp_path}/catalog.db")
+    monkeypatch.setenv("PYICEBERG_CATALOG__IT__WAREHOUSE", f"file://{tmp_path}/warehouse")
+    cli_catalog = SqlCatalog(
+        "it", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse"
+    )
+    cli_catalog.create_namespace("ns")
+    table = _create(cli_catalog)
+    _append(table, range(10))
+    _commit_deletes(table, [_equality_deletes(table, {"id": (1, pa.int64(), [4])}, spec_id=0)])
+    out = io.StringIO()
+
+    code = main(
+        ["--catalog", "it", "resolve-deletes", "ns.t", "--spill-dir", str(tmp_path / "spill"), "--json"],
+        out=out,
+    )
+
+    assert code == 0
+    assert json.loads(out.getvalue())["removed_delete_files_count"] == 1
+    assert _ids(table) == [i for i in range(10) if i != 4]
+
+
+def test_bucketed_anti_join_applies_several_delete_kinds(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """About 6 MB staged per side under a 32 MiB limit: split into key buckets, one pass per delete kind."""
+    table = _create(catalog, partitioned_later=True)
+    n = 30_000
+    pad = "y" * 190
+    for category, start in (("a", 0), ("b", n)):
+        ids = range(start, start + n)
+        table.append(
+            pa.table(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "category": [category] * n,
+                    "name": [None if i % 7 == 0 else f"{pad}{i}" for i in ids],
+                }
+            )
+        )
+    by_name = [f"{pad}{i}" for i in range(0, 2 * n, 3)] + [None]  # global: every third id, and NULL names
+    by_id = list(range(1, 2 * n, 10))  # partition-scoped: only the ids in partition a
+    _commit_deletes(
+        table,
+        [
+            _equality_deletes(table, {"name": (3, pa.string(), by_name)}, spec_id=0),
+            _equality_deletes(table, {"id": (1, pa.int64(), by_id)}, spec_id=1, partition=("a",)),
+        ],
+    )
+
+    result = compact(table, options=_ALL, limits=_limits(tmp_path, 32 * MiB))
+
+    gone = {i for i in range(2 * n) if i % 3 == 0 or i % 7 == 0} | set(range(1, n, 10))
+    assert _ids(table) == [i for i in range(2 * n) if i not in gone]
+    assert result["removed_delete_files_count"] == 2
+    assert result["spilled_bytes"] > 0
