@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
@@ -331,7 +332,7 @@ def test_equality_delete_shared_with_a_file_outside_the_plan_is_kept(
     assert len(_live_delete_files(table)) == 1
     snapshot = table.current_snapshot()
     assert snapshot is not None
-    scanned = scan_data_files(table, snapshot, __import__("pyiceberg.expressions").expressions.AlwaysTrue())
+    scanned = scan_data_files(table, snapshot, AlwaysTrue())
     with_deletes = [f.data_file.partition[0] for f in scanned if f.delete_files]
     assert with_deletes == ["b"]
 

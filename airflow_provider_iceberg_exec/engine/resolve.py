@@ -1,0 +1,54 @@
+"""Equality-delete resolution: rewrite the data files equality deletes apply to, with the deletes applied.
+
+One ``replace`` commit swaps those files for their live rows and drops the equality delete files that no
+longer apply to any live data file (with the position deletes and DVs of the rewritten files). Afterwards
+readers without equality-delete support (PyIceberg 0.12) can read the table.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_iceberg_exec.engine.compaction import compact
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+
+__all__ = ["resolve_equality_deletes"]
+
+
+def resolve_equality_deletes(
+    table: Table,
+    *,
+    where: str | None = None,
+    limits: ResourceLimits | None = None,
+    commit_id: str | None = None,
+    branch: str = "main",
+    options: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Rewrite every data file that an equality delete applies to and commit ``replace``.
+
+    Every such file is rewritten (``rewrite-all``), grouped by partition, each group in one bounded
+    execution (the anti-join against the equality deletes spills); equality deletes that then apply to
+    nothing are removed in the same snapshot.
+
+    :param where: a PyIceberg row filter limiting the data files considered.
+    :param options: further Spark ``rewrite_data_files`` options (for example ``target-file-size-bytes``).
+    :returns: the ``iceberg-exec/compaction-result@1`` document (``removed_delete_files_count`` counts
+        the delete files dropped).
+    :raises ConfigurationError: for bad options, or a format-version 3 table (table left unchanged).
+    :raises CommitValidationError: when the table changed in a conflicting way; run it again.
+
+    >>> # resolve_equality_deletes(table, limits=ResourceLimits(memory_limit_bytes=512 * 2**20))
+    """
+    return compact(
+        table,
+        where=where,
+        options={**(options or {}), "rewrite-all": "true"},
+        branch=branch,
+        limits=limits,
+        commit_id=commit_id,
+        only_files_with_equality_deletes=True,
+    )
