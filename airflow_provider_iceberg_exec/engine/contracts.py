@@ -14,6 +14,13 @@ from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 __all__ = [
     "COMPACTION_PLAN",
     "COMPACTION_RESULT",
+    "COW_COMMIT_RESULT",
+    "COW_PLAN",
+    "COW_RESULT",
+    "COW_TASK",
+    "EXPIRE_SNAPSHOTS_RESULT",
+    "ORPHAN_DELETE_RESULT",
+    "ORPHAN_SCAN_RESULT",
     "REWRITE_RESULT",
     "REWRITE_TASK",
     "check_envelope",
@@ -24,6 +31,18 @@ COMPACTION_PLAN = "iceberg-exec/compaction-plan@1"
 REWRITE_TASK = "iceberg-exec/rewrite-task@1"
 REWRITE_RESULT = "iceberg-exec/rewrite-result@1"
 COMPACTION_RESULT = "iceberg-exec/compaction-result@1"
+
+#: copy-on-write delete / update / overwrite by predicate (:mod:`.cow`): plan -> task -> result -> commit
+COW_PLAN = "iceberg-exec/cow-plan@1"
+COW_TASK = "iceberg-exec/cow-task@1"
+COW_RESULT = "iceberg-exec/cow-result@1"
+COW_COMMIT_RESULT = "iceberg-exec/cow-commit-result@1"
+
+#: orphan files (:mod:`.orphans`): scan -> result (+ the orphan list file) -> delete -> result
+ORPHAN_SCAN_RESULT = "iceberg-exec/orphan-scan-result@1"
+ORPHAN_DELETE_RESULT = "iceberg-exec/orphan-delete-result@1"
+#: snapshot expiry with file cleanup (:mod:`.expire`)
+EXPIRE_SNAPSHOTS_RESULT = "iceberg-exec/expire-snapshots-result@1"
 
 
 def envelope(schema: str, body: Mapping[str, Any]) -> dict[str, Any]:
