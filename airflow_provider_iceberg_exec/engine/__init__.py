@@ -13,47 +13,61 @@ Usable from a script, the CLI or any orchestrator::
 
 from __future__ import annotations
 
-from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog, load_table
-from airflow_provider_iceberg_exec.engine.commit import CommitOutcome, commit_rewrite
-from airflow_provider_iceberg_exec.engine.compaction import (
-    commit_compaction,
-    compact,
-    execute_rewrite_task,
-    plan_compaction,
-)
-from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, parse_byte_size
-from airflow_provider_iceberg_exec.engine.errors import (
-    CommitConflictError,
-    CommitStateUnknownError,
-    CommitValidationError,
-    ConfigurationError,
-    DataFileCodecError,
-    DataFileReadError,
-    IcebergExecError,
-    ResourceLimitError,
-    TableNotFoundError,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "CatalogConfig",
-    "CommitConflictError",
-    "CommitOutcome",
-    "CommitStateUnknownError",
-    "CommitValidationError",
-    "CompactionOptions",
-    "ConfigurationError",
-    "DataFileCodecError",
-    "DataFileReadError",
-    "IcebergExecError",
-    "ResourceLimitError",
-    "ResourceLimits",
-    "TableNotFoundError",
-    "commit_compaction",
-    "commit_rewrite",
-    "compact",
-    "execute_rewrite_task",
-    "load_catalog",
-    "load_table",
-    "parse_byte_size",
-    "plan_compaction",
-]
+#: public name -> the module that defines it. Imported on first use, so that importing the package (or
+#: engine.errors / engine.config from the Airflow layer) does not load PyIceberg, PyArrow or DataFusion.
+_EXPORTS: dict[str, str] = {
+    "CatalogConfig": "catalog",
+    "load_catalog": "catalog",
+    "load_table": "catalog",
+    "CommitOutcome": "commit",
+    "IsolationLevel": "commit",
+    "commit_overwrite": "commit",
+    "commit_rewrite": "commit",
+    "commit_compaction": "compaction",
+    "compact": "compaction",
+    "execute_rewrite_task": "compaction",
+    "plan_compaction": "compaction",
+    "CompactionOptions": "config",
+    "ResourceLimits": "config",
+    "parse_byte_size": "config",
+    "commit_cow_rewrite": "cow",
+    "cow_rewrite": "cow",
+    "execute_cow_task": "cow",
+    "plan_cow_rewrite": "cow",
+    "CommitConflictError": "errors",
+    "CommitStateUnknownError": "errors",
+    "CommitValidationError": "errors",
+    "ConfigurationError": "errors",
+    "DataFileCodecError": "errors",
+    "DataFileReadError": "errors",
+    "IcebergExecError": "errors",
+    "ResourceLimitError": "errors",
+    "TableNotFoundError": "errors",
+    "expire_snapshots": "expire",
+    "plan_expiry": "expire",
+    "IncompleteListingError": "orphans",
+    "PrefixMismatchMode": "orphans",
+    "delete_orphan_files": "orphans",
+    "read_orphan_scan_result": "orphans",
+    "remove_orphan_files": "orphans",
+    "scan_orphan_files": "orphans",
+    "resolve_equality_deletes": "resolve",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
