@@ -115,6 +115,20 @@ def _cmd_compact(args: argparse.Namespace, out: IO[str]) -> None:
     out.write((json.dumps(result, indent=2, sort_keys=True) if args.json else _summary(result)) + "\n")
 
 
+def _cmd_resolve_deletes(args: argparse.Namespace, out: IO[str]) -> None:
+    from airflow_provider_iceberg_exec.engine.resolve import resolve_equality_deletes
+
+    result = resolve_equality_deletes(
+        _table(args),
+        where=args.where,
+        limits=_limits(args),
+        commit_id=args.commit_id,
+        branch=args.branch,
+        options=_options(args.option),
+    )
+    out.write((json.dumps(result, indent=2, sort_keys=True) if args.json else _summary(result)) + "\n")
+
+
 def _cmd_plan(args: argparse.Namespace, out: IO[str]) -> None:
     from airflow_provider_iceberg_exec.engine.compaction import plan_compaction
 
@@ -162,7 +176,271 @@ def _cmd_commit(args: argparse.Namespace, out: IO[str]) -> None:
 def _cmd_demo(args: argparse.Namespace, out: IO[str]) -> None:
     from airflow_provider_iceberg_exec.demo import run_demo
 
-    run_demo(args.workdir, memory_limit=args.memory_limit, out=out)
+    run_demo(args.workdir, memory_limit=args.memory_limit, out=out, through_airflow=not args.engine_only)
+
+
+def _pairs(pairs: Sequence[str], what: str) -> dict[str, str]:
+    from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+
+    mapping = {}
+    for pair in pairs:
+        keys, sep, value = pair.partition("=")
+        if not sep or not keys.strip():
+            raise ConfigurationError(f"{what} {pair!r} is not NAMES=NAME, e.g. s3a,s3n=s3")
+        mapping[keys.strip()] = value.strip()
+    return mapping
+
+
+def _orphan_summary(result: dict[str, Any]) -> str:
+    lines = [
+        f"{k}: {result[k]}"
+        for k in ("orphan_file_count", "orphan_bytes_count", "listed_file_count", "older_than")
+    ]
+    lines.append(f"orphan_list_uri: {result['orphan_list_uri']}")
+    lines.append(f"result_uri: {result['result_uri']}")
+    lines.extend(f"  {path}" for path in result["orphan_sample"][:5])
+    if "delete" in result:
+        lines.append(_orphan_delete_summary(result["delete"]))
+    return "\n".join(lines)
+
+
+def _orphan_delete_summary(result: dict[str, Any]) -> str:
+    keys = (
+        "deleted_file_count",
+        "deleted_bytes_count",
+        "skipped_referenced_count",
+        "skipped_younger_count",
+        "missing_file_count",
+        "failed_file_count",
+    )
+    return "\n".join(f"{k}: {result[k]}" for k in keys) + ("\n(dry run)" if result["dry_run"] else "")
+
+
+def _cmd_orphan_scan(args: argparse.Namespace, out: IO[str]) -> None:
+    from airflow_provider_iceberg_exec.engine.orphans import remove_orphan_files
+
+    result = remove_orphan_files(
+        _table(args),
+        dry_run=not args.delete,
+        older_than=args.older_than,
+        location=args.location,
+        equal_schemes=_pairs(args.equal_schemes, "--equal-schemes"),
+        equal_authorities=_pairs(args.equal_authorities, "--equal-authorities"),
+        prefix_mismatch_mode=args.prefix_mismatch_mode,
+        orphan_list_uri=args.orphan_list,
+        force=args.force,
+        limits=_limits(args),
+    )
+    out.write((json.dumps(result, indent=2, sort_keys=True) if args.json else _orphan_summary(result)) + "\n")
+
+
+def _cmd_orphan_delete(args: argparse.Namespace, out: IO[str]) -> None:
+    from pyiceberg.io import load_file_io
+
+    from airflow_provider_iceberg_exec.engine.catalog import load_table
+    from airflow_provider_iceberg_exec.engine.orphans import delete_orphan_files, read_orphan_scan_result
+
+    catalog = _catalog(args.catalog)
+    doc = read_orphan_scan_result(load_file_io(dict(catalog.properties), args.result), args.result)
+    table = load_table(catalog, args.table or str(doc.get("table")))
+    result = delete_orphan_files(
+        table,
+        doc,
+        dry_run=args.dry_run,
+        batch_size=args.batch_size,
+        max_concurrent_deletes=args.max_concurrent_deletes,
+    )
+    out.write(
+        (json.dumps(result, indent=2, sort_keys=True) if args.json else _orphan_delete_summary(result)) + "\n"
+    )
+
+
+def _cmd_expire_snapshots(args: argparse.Namespace, out: IO[str]) -> None:
+    from airflow_provider_iceberg_exec.engine.expire import expire_snapshots
+
+    result = expire_snapshots(
+        _table(args),
+        older_than=args.older_than,
+        retain_last=args.retain_last,
+        snapshot_ids=args.snapshot_id,
+        cleanup=not args.no_cleanup,
+        dry_run=args.dry_run,
+        max_concurrent_deletes=args.max_concurrent_deletes,
+        limits=_limits(args),
+    )
+    if args.json:
+        out.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        return
+    lines = [f"expired_snapshot_count: {result['expired_snapshot_count']}"]
+    lines.append(f"removed_refs: {result['removed_refs']}")
+    lines.extend(f"{k}: {v}" for k, v in sorted(result.items()) if k.startswith("deleted_"))
+    lines.append(f"failed_delete_count: {result['failed_delete_count']}")
+    if result["dry_run"]:
+        lines.append("(dry run)")
+    out.write("\n".join(lines) + "\n")
+
+
+def _maintenance_commands(commands: Any, limits: Any) -> None:
+    """``orphan-scan``, ``orphan-delete`` and ``expire-snapshots``."""
+    scan = commands.add_parser(
+        "orphan-scan", help="list the files no metadata references (remove_orphan_files, dry run)"
+    )
+    scan.add_argument("table", help="NAMESPACE.TABLE")
+    scan.add_argument(
+        "--older-than", help="only files older than this: a duration (3d, 72h) or a timestamp (default: 3d)"
+    )
+    scan.add_argument("--location", help="list this location instead of the table's")
+    scan.add_argument(
+        "--prefix-mismatch-mode", default="ERROR", help="ERROR (default), IGNORE or DELETE, as in Spark"
+    )
+    scan.add_argument(
+        "--equal-schemes",
+        action="append",
+        default=[],
+        metavar="NAMES=NAME",
+        help="e.g. s3a,s3n=s3; repeatable",
+    )
+    scan.add_argument(
+        "--equal-authorities", action="append", default=[], metavar="NAMES=NAME", help="repeatable"
+    )
+    scan.add_argument(
+        "--orphan-list", help="where to write the orphan list (default: the table's staging dir)"
+    )
+    scan.add_argument("--force", action="store_true", help="allow --older-than less than 24 hours ago")
+    mode = scan.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="scan only, delete nothing (the default)")
+    mode.add_argument("--delete", action="store_true", help="also delete the orphans (Spark's dry_run=false)")
+    scan.add_argument("--json", action="store_true", help="print the result document")
+    limits(scan)
+    scan.set_defaults(run=_cmd_orphan_scan)
+
+    delete = commands.add_parser("orphan-delete", help="delete the files of an orphan-scan result")
+    delete.add_argument("result", help="the scan's result JSON or its orphan list")
+    delete.add_argument("--table", help="NAMESPACE.TABLE (default: the one in the result)")
+    delete.add_argument("--dry-run", action="store_true", help="check and count, delete nothing")
+    delete.add_argument(
+        "--batch-size", type=int, default=100_000, help="paths per batch (default: %(default)s)"
+    )
+    delete.add_argument("--max-concurrent-deletes", type=int, default=8, help="default: %(default)s")
+    delete.add_argument("--json", action="store_true", help="print the result document")
+    delete.set_defaults(run=_cmd_orphan_delete)
+
+    expire = commands.add_parser(
+        "expire-snapshots", help="expire snapshots and delete the files they alone reached"
+    )
+    expire.add_argument("table", help="NAMESPACE.TABLE")
+    expire.add_argument(
+        "--older-than",
+        help="a duration (5d) or a timestamp (default: history.expire.max-snapshot-age-ms, 5d)",
+    )
+    expire.add_argument(
+        "--retain-last", type=int, help="ancestors to keep (default: history.expire.min-snapshots-to-keep, 1)"
+    )
+    expire.add_argument(
+        "--snapshot-id", type=int, action="append", default=[], help="expire this id; repeatable"
+    )
+    expire.add_argument("--no-cleanup", action="store_true", help="change the metadata only; delete no file")
+    expire.add_argument(
+        "--dry-run", action="store_true", help="commit and delete nothing; report what would go"
+    )
+    expire.add_argument("--max-concurrent-deletes", type=int, default=8, help="default: %(default)s")
+    expire.add_argument("--json", action="store_true", help="print the result document")
+    limits(expire)
+    expire.set_defaults(run=_cmd_expire_snapshots)
+
+
+def _cow_summary(result: dict[str, Any]) -> str:
+    keys = (
+        "deleted_data_files_count",
+        "added_data_files_count",
+        "untouched_data_files_count",
+        "dropped_without_reading_count",
+        "deleted_rows",
+        "updated_rows",
+        "inserted_rows",
+        "rewritten_rows",
+        "read_bytes",
+        "written_bytes",
+    )
+    lines = [f"{k}: {result[k]}" for k in keys]
+    if result["snapshot_ids"]:
+        lines.append(
+            f"snapshot_ids: {result['snapshot_ids']} ({result['snapshot_operation']}, "
+            f"{result['isolation_level']} isolation)"
+            + (" (already committed)" if result["already_committed"] else "")
+        )
+    else:
+        lines.append("snapshot_ids: [] (no row matched: nothing committed)")
+    lines.append(f"peak_rss_bytes: {result['peak_rss_bytes']}  spilled_bytes: {result['spilled_bytes']}")
+    return "\n".join(lines)
+
+
+def _cmd_cow(args: argparse.Namespace, out: IO[str]) -> None:
+    from airflow_provider_iceberg_exec.engine.cow import cow_rewrite
+    from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+
+    assignments: dict[str, str] = {}
+    for pair in getattr(args, "set", None) or []:
+        column, sep, expression = pair.partition("=")
+        if not sep or not column.strip() or not expression.strip():
+            raise ConfigurationError(f"--set {pair!r} is not COLUMN=SQL_EXPRESSION, e.g. amount=amount * 1.1")
+        if column.strip() in assignments:
+            raise ConfigurationError(f"--set names column {column.strip()!r} twice")
+        assignments[column.strip()] = expression.strip()
+    result = cow_rewrite(
+        _table(args),
+        operation=args.command,
+        where=args.where,
+        set_columns=assignments or None,
+        source_files=getattr(args, "source", None) or (),
+        branch=args.branch,
+        isolation_level=args.isolation_level,
+        limits=_limits(args),
+        commit_id=args.commit_id,
+    )
+    out.write((json.dumps(result, indent=2, sort_keys=True) if args.json else _cow_summary(result)) + "\n")
+
+
+def _cow_commands(commands: Any, limits: Any) -> None:
+    """``delete``, ``update`` and ``overwrite``: copy-on-write rewrites by predicate."""
+    helps = {
+        "delete": "delete the rows matching --where (copy-on-write)",
+        "update": "set columns of the rows matching --where to SQL expressions (copy-on-write)",
+        "overwrite": "replace the rows matching --where with the rows of Parquet files (copy-on-write)",
+    }
+    for name, text in helps.items():
+        command = commands.add_parser(name, help=text)
+        command.add_argument("table", help="NAMESPACE.TABLE")
+        command.add_argument(
+            "--where",
+            help="PyIceberg row filter of the rows, e.g. \"user_id = 42\" (required; 'true' for all)",
+        )
+        if name == "update":
+            command.add_argument(
+                "--set",
+                action="append",
+                default=[],
+                metavar="COL=SQL_EXPR",
+                help="e.g. amount=amount * 1.1 (a DataFusion SQL expression); repeatable",
+            )
+        if name == "overwrite":
+            command.add_argument(
+                "--from",
+                dest="source",
+                nargs="+",
+                default=[],
+                metavar="PATH",
+                help="Parquet files (any location the table's FileIO reads) whose rows all match --where",
+            )
+        command.add_argument("--branch", default="main")
+        command.add_argument(
+            "--isolation-level",
+            help="serializable or snapshot (default: the table's write.delete/update.isolation-level)",
+        )
+        limits(command)
+        command.add_argument("--commit-id", help="idempotency key of the commit (default: random)")
+        command.add_argument("--json", action="store_true", help="print the result document")
+        command.set_defaults(run=_cmd_cow)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -219,7 +497,26 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="compact a fragmented demo table in a local SQLite catalog")
     demo.add_argument("--workdir", default="demo-warehouse")
     demo.add_argument("--memory-limit", default="256MiB")
+    demo.add_argument("--engine-only", action="store_true", help="call the engine instead of running the DAG")
     demo.set_defaults(run=_cmd_demo)
+
+    resolve = commands.add_parser(
+        "resolve-deletes",
+        help="rewrite the data files equality deletes apply to and drop those deletes (replace commit)",
+    )
+    resolve.add_argument("table", help="NAMESPACE.TABLE")
+    resolve.add_argument("--where", help="PyIceberg filter selecting the files to consider")
+    resolve.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="Spark option, repeatable"
+    )
+    resolve.add_argument("--branch", default="main")
+    limits(resolve)
+    resolve.add_argument("--commit-id", help="idempotency key of the commit (default: random)")
+    resolve.add_argument("--json", action="store_true", help="print the result document")
+    resolve.set_defaults(run=_cmd_resolve_deletes)
+
+    _maintenance_commands(commands, limits)
+    _cow_commands(commands, limits)
     return parser
 
 

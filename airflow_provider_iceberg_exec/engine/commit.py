@@ -1,9 +1,17 @@
-"""Commit a compaction as one ``replace`` snapshot: Java's ``RewriteFiles`` on top of PyIceberg 0.12.
+"""Commit rewritten files as one snapshot: Java's ``RewriteFiles`` and ``OverwriteFiles`` on PyIceberg 0.12.
+
+Two commits, whose snapshot producers share one base class, :class:`_FilesProducer`, and differ only in
+their operation and their validation:
+
+- :func:`commit_rewrite` (compaction) commits ``replace``, as Java's ``RewriteFiles``;
+- :func:`commit_overwrite` (copy-on-write delete, update and overwrite by predicate) commits ``overwrite``
+  (``delete`` when it only removes files, ``append`` when it only adds), as Java's ``OverwriteFiles`` does
+  for Spark's copy-on-write writes, with the table's isolation level (see :func:`commit_overwrite`).
 
 Java's compaction commits with
 ``table.newRewrite().validateFromSnapshot(start).dataSequenceNumber(startSeq)...commit()``. PyIceberg 0.12
 has no ``replace`` producer, cannot give added files an explicit data sequence number and cannot write
-delete manifests, so :func:`commit_rewrite` brings its own snapshot producer, :class:`_RewriteFiles`:
+delete manifests, so the commits bring their own snapshot producer:
 
 - It subclasses PyIceberg's private ``_SnapshotProducer``, reusing its manifest-list writing, snapshot
   and ref updates, and its bookkeeping of written manifests. It replaces the manifest planning
@@ -17,15 +25,18 @@ delete manifests, so :func:`commit_rewrite` brings its own snapshot producer, :c
 - Manifests are written by :mod:`airflow_provider_iceberg_exec.engine.manifests`, which also writes
   delete manifests.
 
-Validation follows Java's ``BaseRewriteFiles`` and ``MergingSnapshotProducer``: the base snapshot
-must be an ancestor of the branch head; every file to remove must still be live; no delete file
-committed after the base (data sequence number above the base's) may apply to a rewritten file, where
-with ``use_starting_sequence_number`` only position deletes count, because the added files keep the
-base's sequence number and newer equality deletes still apply to them.
+Validation follows Java's ``MergingSnapshotProducer``: the base snapshot must be an ancestor of the branch
+head; every file to remove must still be live; no delete file committed after the base (data sequence
+number above the base's) may apply to a removed data file, where a ``replace`` with
+``use_starting_sequence_number`` counts only position deletes, because its added files keep the base's
+sequence number and newer equality deletes still apply to them. An ``overwrite`` under serializable
+isolation also fails when a data file that may hold rows matching its conflict-detection filter was
+appended since the base (``BaseOverwriteFiles.validate``).
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import logging
 from collections import defaultdict
@@ -50,7 +61,7 @@ from pyiceberg.manifest import (
     ManifestWriter,
 )
 from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table import ManifestGroupPlanner, Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import (
@@ -97,7 +108,14 @@ from airflow_provider_iceberg_exec.engine.manifests import (
     to_record_layout,
 )
 
-__all__ = ["COMMIT_ID_PROPERTY", "CommitOutcome", "commit_rewrite"]
+__all__ = [
+    "COMMIT_ID_PROPERTY",
+    "CommitOutcome",
+    "IsolationLevel",
+    "commit_overwrite",
+    "commit_rewrite",
+    "snapshot_summary_properties",
+]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +124,10 @@ COMMIT_ID_PROPERTY = "iceberg-exec.commit-id"
 
 # Position-delete columns (spec, "Position Delete Files").
 _DELETE_FILE_PATH_FIELD_ID = 2147483546
+
+# Snapshots whose added data files an overwrite under serializable isolation checks (Java's
+# VALIDATE_ADDED_FILES_OPERATIONS): a replace adds no rows.
+_ADDS_DATA_OPERATIONS = frozenset({Operation.APPEND, Operation.OVERWRITE})
 
 # (total, added, removed) summary keys, in Java's SnapshotProducer.summary() order.
 _TOTALS = (
@@ -120,9 +142,9 @@ _TOTALS = (
 
 @dataclass(frozen=True)
 class CommitOutcome:
-    """What :func:`commit_rewrite` committed, or found already committed.
+    """What :func:`commit_rewrite` or :func:`commit_overwrite` committed, or found already committed.
 
-    :param snapshot_id: the ``replace`` snapshot carrying the commit id.
+    :param snapshot_id: the snapshot carrying the commit id.
     :param sequence_number: its sequence number; ``None`` for a v1 table.
     :param commit_id: the caller's commit id.
     :param already_committed: ``True`` when a snapshot with this commit id already existed, so nothing
@@ -188,6 +210,147 @@ def commit_rewrite(
     properties = _check_arguments(
         rewritten_data_files, added_data_files, removed_delete_files, commit_id, snapshot_properties
     )
+    return _commit_files(
+        table,
+        branch=branch,
+        commit_id=commit_id,
+        removed_delete_files=removed_delete_files,
+        producer=lambda transaction: _RewriteFiles(
+            transaction,
+            base_snapshot_id=base_snapshot_id,
+            rewritten_data_files=rewritten_data_files,
+            added_data_files=added_data_files,
+            removed_delete_files=removed_delete_files,
+            commit_id=commit_id,
+            use_starting_sequence_number=use_starting_sequence_number,
+            branch=branch,
+            snapshot_properties=properties,
+        ),
+        what=(
+            f"{len(rewritten_data_files)} data files rewritten, {len(added_data_files)} added, "
+            f"{len(removed_delete_files)} deletes removed"
+        ),
+    )
+
+
+class IsolationLevel(str, enum.Enum):
+    """Java's ``IsolationLevel`` of a copy-on-write commit (``write.delete.isolation-level`` and friends)."""
+
+    SERIALIZABLE = "serializable"
+    SNAPSHOT = "snapshot"
+
+    @classmethod
+    def parse(cls, text: str | IsolationLevel) -> IsolationLevel:
+        """Parse a level name, case-insensitively.
+
+        :raises ConfigurationError: for another name.
+
+        >>> IsolationLevel.parse("SNAPSHOT")
+        <IsolationLevel.SNAPSHOT: 'snapshot'>
+        """
+        if isinstance(text, IsolationLevel):
+            return text
+        try:
+            return cls(str(text).strip().lower())
+        except ValueError:
+            raise ConfigurationError(
+                f"unknown isolation level {text!r}; use serializable or snapshot"
+            ) from None
+
+
+def commit_overwrite(
+    table: Table,
+    *,
+    base_snapshot_id: int | None,
+    deleted_data_files: Sequence[DataFile],
+    added_data_files: Sequence[DataFile],
+    conflict_detection_filter: BooleanExpression,
+    isolation_level: IsolationLevel | str = IsolationLevel.SERIALIZABLE,
+    commit_id: str,
+    branch: str = "main",
+    snapshot_properties: Mapping[str, str] | None = None,
+) -> CommitOutcome:
+    """Remove and add data files in one snapshot, as Java's OverwriteFiles in Spark's copy-on-write commit.
+
+    The operation is ``overwrite``, or ``delete`` when no file is added (``append`` when none is removed),
+    as Java's ``BaseOverwriteFiles.operation()``. The added files inherit the new snapshot's sequence
+    number. Validation runs from ``base_snapshot_id`` on every attempt, as Spark's
+    ``CopyOnWriteOperation`` sets it up (``validateFromSnapshot``, ``conflictDetectionFilter``):
+
+    - under both levels: every removed file must still be live ("Missing required files to delete"),
+      and no delete file committed after the base may apply to a removed file (its rows would be
+      resurrected by the copy) -- ``validateNoConflictingDeletes``; unlike Java, which first prunes those
+      delete files by the conflict filter, every delete that applies to a removed file counts;
+    - under ``serializable`` also: no data file added since the base by an ``append`` or ``overwrite``
+      may hold rows matching ``conflict_detection_filter`` (partition projection and column metrics) --
+      ``validateNoConflictingData``. ``snapshot`` isolation accepts such files.
+
+    .. code-block:: python
+
+        outcome = commit_overwrite(
+            table,
+            base_snapshot_id=plan_snapshot_id,
+            deleted_data_files=rewritten_inputs,
+            added_data_files=outputs,
+            conflict_detection_filter=parse("user_id = 42"),
+            isolation_level="serializable",
+            commit_id="erasure-request-17",
+        )
+
+    :param table: the table; refreshed first, and holding the new metadata afterwards.
+    :param base_snapshot_id: the snapshot the rewrite was planned and read from; ``None`` when the branch
+        had no snapshot, in which case the whole history of the branch is validated.
+    :param deleted_data_files: data files removed (rewritten or dropped); each must still be live.
+    :param added_data_files: the new files, written but not committed.
+    :param conflict_detection_filter: the user's predicate (unbound or bound to the table schema).
+    :param isolation_level: ``serializable`` (the default) or ``snapshot``.
+    :param commit_id: the caller's idempotency key (see :func:`commit_rewrite`).
+    :param branch: the branch to commit to.
+    :param snapshot_properties: extra summary properties.
+    :returns: the committed (or already committed) snapshot.
+    :raises ConfigurationError: for bad arguments, or a format-version 3 table.
+    :raises TableNotFoundError: when the table no longer exists.
+    :raises CommitValidationError: when validation from the base fails; the work must be planned again.
+    :raises CommitConflictError: when concurrent commits kept winning until the retries ran out.
+    :raises CommitStateUnknownError: when the catalog's answer is unknown; check the table first.
+    """
+    level = IsolationLevel.parse(isolation_level)
+    properties = _check_overwrite_arguments(
+        deleted_data_files, added_data_files, commit_id, snapshot_properties
+    )
+    return _commit_files(
+        table,
+        branch=branch,
+        commit_id=commit_id,
+        removed_delete_files=(),
+        producer=lambda transaction: _OverwriteFiles(
+            transaction,
+            base_snapshot_id=base_snapshot_id,
+            deleted_data_files=deleted_data_files,
+            added_data_files=added_data_files,
+            conflict_detection_filter=conflict_detection_filter,
+            isolation_level=level,
+            commit_id=commit_id,
+            branch=branch,
+            snapshot_properties=properties,
+        ),
+        what=(
+            f"{len(deleted_data_files)} data files removed, {len(added_data_files)} added, "
+            f"{level.value} isolation"
+        ),
+    )
+
+
+def _commit_files(
+    table: Table,
+    *,
+    branch: str,
+    commit_id: str,
+    removed_delete_files: Sequence[DataFile],
+    producer: Callable[[Transaction], _FilesProducer],
+    what: str,
+) -> CommitOutcome:
+    """Commit what ``producer`` stages, idempotently by ``commit_id``, mapping PyIceberg's errors."""
     name = ".".join(table.name())
     try:
         table.refresh()
@@ -203,23 +366,13 @@ def commit_rewrite(
         return _outcome(table.metadata, found, commit_id, already_committed=True)
 
     transaction = table.transaction()
-    producer = _RewriteFiles(
-        transaction,
-        base_snapshot_id=base_snapshot_id,
-        rewritten_data_files=rewritten_data_files,
-        added_data_files=added_data_files,
-        removed_delete_files=removed_delete_files,
-        commit_id=commit_id,
-        use_starting_sequence_number=use_starting_sequence_number,
-        branch=branch,
-        snapshot_properties=properties,
-    )
+    staged = producer(transaction)
     try:
         try:
-            producer.commit()  # first attempt: validate, write manifests, stage the snapshot
+            staged.commit()  # first attempt: validate, write manifests, stage the snapshot
         except BaseException:
             # Nothing has reached the catalog yet, so whatever this attempt wrote is unreferenced.
-            producer._clean_all_uncommitted()
+            staged._clean_all_uncommitted()
             raise
         transaction.commit_transaction()  # catalog commit, with PyIceberg's retry loop
     except _AlreadyCommittedError as err:
@@ -238,19 +391,45 @@ def commit_rewrite(
             f"{COMMIT_ID_PROPERTY}={commit_id} before retrying: {_one_line(err)}"
         ) from err
 
-    snapshot = table.metadata.snapshot_by_id(producer.snapshot_id)
+    snapshot = table.metadata.snapshot_by_id(staged.snapshot_id)
     if snapshot is None:  # pragma: no cover - the catalog returned metadata without our snapshot
-        raise CommitStateUnknownError(f"snapshot {producer.snapshot_id} is missing after commit {commit_id}")
+        raise CommitStateUnknownError(f"snapshot {staged.snapshot_id} is missing after commit {commit_id}")
     log.info(
-        "Committed %s to %s as replace snapshot %s: %s data files rewritten, %s added, %s deletes removed",
+        "Committed %s to %s as %s snapshot %s: %s",
         commit_id,
         name,
+        staged.operation.value,
         snapshot.snapshot_id,
-        len(rewritten_data_files),
-        len(added_data_files),
-        len(removed_delete_files),
+        what,
     )
     return _outcome(table.metadata, snapshot, commit_id, already_committed=False)
+
+
+def _check_common(
+    removed: Sequence[DataFile],
+    added: Sequence[DataFile],
+    commit_id: str,
+    snapshot_properties: Mapping[str, str] | None,
+    removed_label: str = "removed",
+) -> dict[str, str]:
+    """The checks every commit makes; return the summary properties to write."""
+    if not commit_id:
+        raise ConfigurationError("commit_id must be a non-empty string")
+    for label, files in ((removed_label, removed), ("added", added)):
+        if bad := [f.file_path for f in files if f.content != DataFileContent.DATA]:
+            raise ConfigurationError(f"{label} data files must have content DATA: {', '.join(bad)}")
+    added_paths = [f.file_path for f in added]
+    if len(set(added_paths)) != len(added_paths):
+        raise ConfigurationError("added_data_files lists a path more than once")
+    if overlap := set(added_paths) & {f.file_path for f in removed}:
+        raise ConfigurationError(
+            f"files cannot be both {removed_label} and added: {', '.join(sorted(overlap))}"
+        )
+    properties = dict(snapshot_properties or {})
+    if reserved := {"operation", COMMIT_ID_PROPERTY} & properties.keys():
+        raise ConfigurationError(f"snapshot_properties cannot set {', '.join(sorted(reserved))}")
+    properties[COMMIT_ID_PROPERTY] = commit_id
+    return properties
 
 
 def _check_arguments(
@@ -269,21 +448,20 @@ def _check_arguments(
         raise ConfigurationError(
             "Data files to add must be empty because there's no data file to be rewritten"
         )
-    for label, files in (("rewritten", rewritten), ("added", added)):
-        if bad := [f.file_path for f in files if f.content != DataFileContent.DATA]:
-            raise ConfigurationError(f"{label} data files must have content DATA: {', '.join(bad)}")
     if bad := [f.file_path for f in removed_deletes if f.content == DataFileContent.DATA]:
         raise ConfigurationError(f"removed delete files must be delete files: {', '.join(bad)}")
-    added_paths = [f.file_path for f in added]
-    if len(set(added_paths)) != len(added_paths):
-        raise ConfigurationError("added_data_files lists a path more than once")
-    if overlap := set(added_paths) & {f.file_path for f in rewritten}:
-        raise ConfigurationError(f"files cannot be both rewritten and added: {', '.join(sorted(overlap))}")
-    properties = dict(snapshot_properties or {})
-    if reserved := {"operation", COMMIT_ID_PROPERTY} & properties.keys():
-        raise ConfigurationError(f"snapshot_properties cannot set {', '.join(sorted(reserved))}")
-    properties[COMMIT_ID_PROPERTY] = commit_id
-    return properties
+    return _check_common(rewritten, added, commit_id, snapshot_properties, removed_label="rewritten")
+
+
+def _check_overwrite_arguments(
+    deleted: Sequence[DataFile],
+    added: Sequence[DataFile],
+    commit_id: str,
+    snapshot_properties: Mapping[str, str] | None,
+) -> dict[str, str]:
+    if not deleted and not added:
+        raise ConfigurationError("an overwrite must remove or add at least one data file")
+    return _check_common(deleted, added, commit_id, snapshot_properties)
 
 
 def _check_table(
@@ -362,7 +540,7 @@ class _ManifestRewrite:
 class _Attempt:
     """What one commit attempt validated against the branch head and will write."""
 
-    base: Snapshot
+    base: Snapshot | None
     carried: list[ManifestFile]
     rewrites: list[_ManifestRewrite]
 
@@ -382,8 +560,11 @@ def _partition_key(data_file: DataFile, default_spec_id: int) -> tuple[int, Reco
     return _spec_id(data_file, default_spec_id), data_file.partition
 
 
-class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
-    """A ``replace`` snapshot producer: Java's BaseRewriteFiles on PyIceberg's private _SnapshotProducer.
+class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
+    """A snapshot producer that removes and adds files, validated from a base snapshot on every attempt.
+
+    The shared part of Java's ``BaseRewriteFiles`` and ``BaseOverwriteFiles`` on PyIceberg's private
+    ``_SnapshotProducer``; subclasses choose the operation and add their checks in :meth:`_validate`.
 
     Isolated here because it relies on PyIceberg 0.12 internals: the ``_commit`` / ``_manifests`` /
     ``_summary`` hooks, ``new_manifest_output`` (which records written manifests for cleanup),
@@ -395,17 +576,18 @@ class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
         self,
         transaction: Transaction,
         *,
-        base_snapshot_id: int,
-        rewritten_data_files: Sequence[DataFile],
+        operation: Operation,
+        base_snapshot_id: int | None,
+        removed_data_files: Sequence[DataFile],
         added_data_files: Sequence[DataFile],
         removed_delete_files: Sequence[DataFile],
         commit_id: str,
-        use_starting_sequence_number: bool,
         branch: str,
         snapshot_properties: dict[str, str],
+        explicit_sequence_number: bool,
     ) -> None:
         super().__init__(
-            operation=Operation.REPLACE,
+            operation=operation,
             transaction=transaction,
             io=transaction._table.io,
             snapshot_properties=snapshot_properties,
@@ -416,11 +598,16 @@ class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
         self._starting_snapshot_id = None
         self._base_snapshot_id = base_snapshot_id
         self._commit_id = commit_id
-        self._use_starting_sequence_number = use_starting_sequence_number
-        self._rewritten_data_files = list(rewritten_data_files)
+        self._explicit_sequence_number = explicit_sequence_number
+        self._removed_data_files = list(removed_data_files)
         self._removed_delete_files = list(removed_delete_files)
         self._added = [to_record_layout(data_file) for data_file in added_data_files]
         self._attempt: _Attempt | None = None
+
+    @property
+    def operation(self) -> Operation:
+        """The snapshot operation this producer writes."""
+        return self._operation
 
     # -- hooks of _SnapshotProducer -------------------------------------------------------------------
 
@@ -448,7 +635,7 @@ class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
         metadata = self._transaction.table_metadata
         explicit_seq = (
             attempt.base.sequence_number
-            if self._use_starting_sequence_number and metadata.format_version >= 2
+            if self._explicit_sequence_number and attempt.base is not None and metadata.format_version >= 2
             else None
         )
         manifests: list[ManifestFile] = []
@@ -489,39 +676,37 @@ class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
     def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
         attempt = self._current_attempt()
         metadata = self._transaction.table_metadata
-        schema = metadata.schema()
-        specs = metadata.specs()
-        limit = int(
-            metadata.properties.get(
-                TableProperties.WRITE_PARTITION_SUMMARY_LIMIT,
-                TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT,
-            )
-        )
-        collector = SnapshotSummaryCollector(partition_summary_limit=limit)
-        changed_partitions: set[str] = set()
-        for data_file in self._added:
-            spec = specs[_spec_id(data_file, metadata.default_spec_id)]
-            collector.add_file(data_file, schema=schema, partition_spec=spec)
-            changed_partitions.add(spec.partition_to_path(data_file.partition, schema))
-        for entry in attempt.removed_entries:
-            spec = specs[entry.data_file.spec_id]
-            collector.remove_file(entry.data_file, schema=schema, partition_spec=spec)
-            changed_partitions.add(spec.partition_to_path(entry.data_file.partition, schema))
-
-        properties = collector.build()
-        # Java counts the unpartitioned "partition" too (key ""), PyIceberg's collector does not.
-        properties[CHANGED_PARTITION_COUNT_PROP] = str(len(changed_partitions))
-        properties.update(snapshot_properties)
         parent = (
             metadata.snapshot_by_id(self._parent_snapshot_id)
             if self._parent_snapshot_id is not None
             else None
         )
-        previous = parent.summary.additional_properties if parent is not None and parent.summary else None
-        _add_totals(properties, previous)
-        return Summary(operation=Operation.REPLACE, **properties)
+        properties = snapshot_summary_properties(
+            metadata,
+            added=self._added,
+            removed=[entry.data_file for entry in attempt.removed_entries],
+            previous=parent.summary.additional_properties if parent is not None and parent.summary else None,
+            snapshot_properties=snapshot_properties,
+        )
+        return Summary(operation=self._operation, **properties)
 
     # -- planning and validation ------------------------------------------------------------------------
+
+    def _validate(
+        self,
+        metadata: TableMetadata,
+        base: Snapshot | None,
+        window: list[Snapshot],
+        removed_data_files: list[DataFile],
+    ) -> None:
+        """Checks of the subclass, after the base is known to be an ancestor and the files to remove live.
+
+        :param base: the base snapshot (``None`` when the branch had none at planning).
+        :param window: the snapshots committed after the base, newest first (the head first).
+        :param removed_data_files: the live entries' data files about to be removed.
+        :raises ValidationException: on a conflict.
+        """
+        raise NotImplementedError
 
     def _current_attempt(self) -> _Attempt:
         if self._attempt is None:  # pragma: no cover - _commit always plans first
@@ -547,20 +732,27 @@ class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
             else None
         )
         if head is None:
+            if (
+                self._base_snapshot_id is None
+                and not self._removed_data_files
+                and not self._removed_delete_files
+            ):
+                # Adding to a branch that had and still has no snapshot: nothing to validate.
+                return _Attempt(base=None, carried=[], rewrites=[])
             raise ValidationException(
                 f"Cannot determine history between starting snapshot {self._base_snapshot_id} and the last "
                 f"known ancestor None: branch {self._target_branch} has no snapshot"
             )
         base, window = self._validation_history(metadata, head)
 
-        rewritten_paths = {f.file_path for f in self._rewritten_data_files}
+        removed_paths = {f.file_path for f in self._removed_data_files}
         removed_delete_paths = {f.file_path for f in self._removed_delete_files}
         may_hold = {
-            ManifestContent.DATA: _manifest_filter(metadata, self._rewritten_data_files),
+            ManifestContent.DATA: _manifest_filter(metadata, self._removed_data_files),
             ManifestContent.DELETES: _manifest_filter(metadata, self._removed_delete_files),
         }
         paths_by_content = {
-            ManifestContent.DATA: rewritten_paths,
+            ManifestContent.DATA: removed_paths,
             ManifestContent.DELETES: removed_delete_paths,
         }
 
@@ -581,18 +773,22 @@ class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
 
         attempt = _Attempt(base=base, carried=carried, rewrites=rewrites)
         found = {entry.data_file.file_path for entry in attempt.removed_entries}
-        if missing := (rewritten_paths | removed_delete_paths) - found:
+        if missing := (removed_paths | removed_delete_paths) - found:
             raise ValidationException(f"Missing required files to delete: {', '.join(sorted(missing))}")
 
-        replaced = [
+        removed = [
             e.data_file for e in attempt.removed_entries if e.data_file.content == DataFileContent.DATA
         ]
-        if metadata.format_version >= 2 and replaced and window:
-            self._validate_no_new_deletes(metadata, base, window, replaced)
+        if window:
+            self._validate(metadata, base, window, removed)
         return attempt
 
-    def _validation_history(self, metadata: TableMetadata, head: Snapshot) -> tuple[Snapshot, list[Snapshot]]:
+    def _validation_history(
+        self, metadata: TableMetadata, head: Snapshot
+    ) -> tuple[Snapshot | None, list[Snapshot]]:
         """Return the base snapshot and the snapshots after it up to the head (newest first).
+
+        A ``None`` base means the whole history of the head.
 
         :raises ValidationException: when the base is not an ancestor of the head, as Java's
             ``MergingSnapshotProducer.validationHistory``.
@@ -604,13 +800,21 @@ class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
                 return snapshot, window
             window.append(snapshot)
             last_known = snapshot.snapshot_id
+        if self._base_snapshot_id is None:
+            return None, window
         raise ValidationException(
             f"Cannot determine history between starting snapshot {self._base_snapshot_id} and the last "
             f"known ancestor {last_known}"
         )
 
     def _validate_no_new_deletes(
-        self, metadata: TableMetadata, base: Snapshot, window: list[Snapshot], replaced: list[DataFile]
+        self,
+        metadata: TableMetadata,
+        base: Snapshot | None,
+        window: list[Snapshot],
+        replaced: list[DataFile],
+        *,
+        ignore_equality_deletes: bool,
     ) -> None:
         """Fail when a delete file committed after the base may apply to a replaced data file.
 
@@ -618,16 +822,19 @@ class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
         ``DeleteFileIndex...afterSequenceNumber``); a delete written with an older sequence number (a
         rewritten position delete, say) was already applied by the rewrite.
         """
+        if metadata.format_version < 2 or not replaced:
+            return
         specs = metadata.specs()
         by_path = {data_file.file_path: data_file for data_file in replaced}
         by_partition: dict[tuple[int, Record], list[DataFile]] = defaultdict(list)
         for data_file in replaced:
             by_partition[_partition_key(data_file, metadata.default_spec_id)].append(data_file)
 
-        for delete_file in self._new_delete_files(base.sequence_number or 0, window):
+        base_sequence_number = (base.sequence_number if base is not None else None) or 0
+        for delete_file in self._new_delete_files(base_sequence_number, window):
             if delete_file.content == DataFileContent.POSITION_DELETES:
                 target = _position_delete_target(delete_file, by_path, by_partition)
-            elif self._use_starting_sequence_number:
+            elif ignore_equality_deletes:
                 continue  # still applies to the added files, which keep the base's sequence number
             elif specs[delete_file.spec_id].is_unpartitioned():
                 target = replaced[0].file_path  # a global equality delete applies to every data file
@@ -636,7 +843,7 @@ class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
                 target = same_partition[0].file_path if same_partition else None
             if target is None:
                 continue
-            if self._use_starting_sequence_number:
+            if ignore_equality_deletes:
                 message = f"Cannot commit, found new position delete for replaced data file: {target}"
             else:
                 message = f"Cannot commit, found new delete for replaced data file: {target}"
@@ -659,6 +866,138 @@ class _RewriteFiles(_SnapshotProducer["_RewriteFiles"]):
                         and (entry.sequence_number or 0) > base_sequence_number
                     ):
                         yield entry.data_file
+
+
+class _RewriteFiles(_FilesProducer):
+    """A ``replace`` snapshot producer: Java's BaseRewriteFiles."""
+
+    def __init__(
+        self,
+        transaction: Transaction,
+        *,
+        base_snapshot_id: int,
+        rewritten_data_files: Sequence[DataFile],
+        added_data_files: Sequence[DataFile],
+        removed_delete_files: Sequence[DataFile],
+        commit_id: str,
+        use_starting_sequence_number: bool,
+        branch: str,
+        snapshot_properties: dict[str, str],
+    ) -> None:
+        super().__init__(
+            transaction,
+            operation=Operation.REPLACE,
+            base_snapshot_id=base_snapshot_id,
+            removed_data_files=rewritten_data_files,
+            added_data_files=added_data_files,
+            removed_delete_files=removed_delete_files,
+            commit_id=commit_id,
+            branch=branch,
+            snapshot_properties=snapshot_properties,
+            explicit_sequence_number=use_starting_sequence_number,
+        )
+
+    def _validate(
+        self,
+        metadata: TableMetadata,
+        base: Snapshot | None,
+        window: list[Snapshot],
+        removed_data_files: list[DataFile],
+    ) -> None:
+        self._validate_no_new_deletes(
+            metadata,
+            base,
+            window,
+            removed_data_files,
+            ignore_equality_deletes=self._explicit_sequence_number,
+        )
+
+
+class _OverwriteFiles(_FilesProducer):
+    """An ``overwrite`` (or ``delete``, ``append``) producer: Java's BaseOverwriteFiles, as Spark's CoW."""
+
+    def __init__(
+        self,
+        transaction: Transaction,
+        *,
+        base_snapshot_id: int | None,
+        deleted_data_files: Sequence[DataFile],
+        added_data_files: Sequence[DataFile],
+        conflict_detection_filter: BooleanExpression,
+        isolation_level: IsolationLevel,
+        commit_id: str,
+        branch: str,
+        snapshot_properties: dict[str, str],
+    ) -> None:
+        if deleted_data_files and not added_data_files:
+            operation = Operation.DELETE
+        elif added_data_files and not deleted_data_files:
+            operation = Operation.APPEND
+        else:
+            operation = Operation.OVERWRITE
+        super().__init__(
+            transaction,
+            operation=operation,
+            base_snapshot_id=base_snapshot_id,
+            removed_data_files=deleted_data_files,
+            added_data_files=added_data_files,
+            removed_delete_files=(),
+            commit_id=commit_id,
+            branch=branch,
+            snapshot_properties=snapshot_properties,
+            explicit_sequence_number=False,
+        )
+        self._conflict_detection_filter = conflict_detection_filter
+        self._isolation_level = isolation_level
+
+    def _validate(
+        self,
+        metadata: TableMetadata,
+        base: Snapshot | None,
+        window: list[Snapshot],
+        removed_data_files: list[DataFile],
+    ) -> None:
+        if self._isolation_level is IsolationLevel.SERIALIZABLE:
+            self._validate_no_conflicting_data(metadata, window)
+        # The added files get a new sequence number: any delete committed meanwhile for a removed file,
+        # equality deletes included, would not apply to the copies of its rows.
+        self._validate_no_new_deletes(
+            metadata, base, window, removed_data_files, ignore_equality_deletes=False
+        )
+
+    def _validate_no_conflicting_data(self, metadata: TableMetadata, window: list[Snapshot]) -> None:
+        """Java's ``validateAddedDataFiles``: no file appended since the base may match the filter.
+
+        Files added by ``append`` and ``overwrite`` snapshots of the window count (not ``replace``: a
+        compaction adds no rows), pruned by partition projection and column metrics of the filter.
+        """
+        window_ids = {snapshot.snapshot_id for snapshot in window}
+        manifests = [
+            manifest
+            for snapshot in window
+            if snapshot.summary is not None and snapshot.summary.operation in _ADDS_DATA_OPERATIONS
+            for manifest in snapshot.manifests(self._io)
+            if manifest.content == ManifestContent.DATA and manifest.added_snapshot_id == snapshot.snapshot_id
+        ]
+        if not manifests:
+            return
+        try:
+            planner = ManifestGroupPlanner(metadata, self._io, self._conflict_detection_filter)
+            conflicts = sorted(
+                entry.data_file.file_path
+                for entry in itertools.chain.from_iterable(planner.plan_manifest_entries(manifests))
+                if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id in window_ids
+            )
+        except ValueError as err:  # the filter no longer binds: a column it names was dropped
+            raise ValidationException(
+                f"Cannot validate conflicting data: filter {self._conflict_detection_filter} does not fit "
+                f"the current schema: {err}"
+            ) from err
+        if conflicts:
+            raise ValidationException(
+                "Found conflicting files that can contain records matching "
+                f"{self._conflict_detection_filter}: {', '.join(conflicts)}"
+            )
 
 
 def _position_delete_target(
@@ -748,6 +1087,53 @@ def _partition_evaluator(
     except (TypeError, ValueError):
         # Pruning is an optimisation: read the manifest rather than fail on an unusual partition type.
         return lambda manifest: True
+
+
+def snapshot_summary_properties(
+    metadata: TableMetadata,
+    *,
+    added: Iterable[DataFile],
+    removed: Iterable[DataFile],
+    previous: Mapping[str, str] | None,
+    snapshot_properties: Mapping[str, str] = EMPTY_DICT,
+) -> dict[str, str]:
+    """The summary properties (all but ``operation``) of a snapshot that adds and removes files, as Java's.
+
+    ``added-*`` / ``deleted-*`` / ``removed-*`` counts and sizes by content, per-partition summaries up to
+    ``write.summary.partition-limit``, ``changed-partition-count`` (the unpartitioned "partition" counts,
+    as in Java) and the ``total-*`` counts carried from the parent's summary.
+
+    :param metadata: the table metadata the snapshot is committed on (schema and specs).
+    :param added: files added (a file without ``spec_id`` is in the default spec).
+    :param removed: files removed (data or delete files).
+    :param previous: the parent snapshot's summary properties; ``None`` when there is no parent.
+    :param snapshot_properties: extra properties, written last.
+    """
+    schema = metadata.schema()
+    specs = metadata.specs()
+    limit = int(
+        metadata.properties.get(
+            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT,
+            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT,
+        )
+    )
+    collector = SnapshotSummaryCollector(partition_summary_limit=limit)
+    changed_partitions: set[str] = set()
+    for data_file in added:
+        spec = specs[_spec_id(data_file, metadata.default_spec_id)]
+        collector.add_file(data_file, schema=schema, partition_spec=spec)
+        changed_partitions.add(spec.partition_to_path(data_file.partition, schema))
+    for data_file in removed:
+        spec = specs[_spec_id(data_file, metadata.default_spec_id)]
+        collector.remove_file(data_file, schema=schema, partition_spec=spec)
+        changed_partitions.add(spec.partition_to_path(data_file.partition, schema))
+
+    properties = collector.build()
+    # Java counts the unpartitioned "partition" too (key ""), PyIceberg's collector does not.
+    properties[CHANGED_PARTITION_COUNT_PROP] = str(len(changed_partitions))
+    properties.update(snapshot_properties)
+    _add_totals(properties, previous)
+    return properties
 
 
 def _add_totals(properties: dict[str, str], previous: Mapping[str, str] | None) -> None:

@@ -1,0 +1,321 @@
+"""Copy-on-write delete, update and overwrite by predicate as Airflow tasks.
+
+Three tasks, the last one shared with compaction::
+
+    plan = CowPlanOperator(task_id="plan", table="db.events", operation="delete", where="user_id = 42")
+    rewrite = CowRewriteOperator.partial(task_id="rewrite").expand(task_spec=plan.output)
+    commit = CommitOperator(task_id="commit", results=rewrite.output)
+
+The plan reads metadata only and returns one task spec per group of files (an empty list when no file may
+hold a matching row); each mapped rewrite runs one bounded execution and returns the removed and added
+files as DataFile JSON; the :class:`~airflow_provider_iceberg_exec.operators.commit.CommitOperator` commits
+them as one ``overwrite`` (or ``delete``) snapshot, validated from the plan's snapshot with the predicate
+and the table's isolation level.
+
+The operators only render templates, build the engine's arguments, call the engine and return its JSON;
+the engine (``airflow_provider_iceberg_exec.engine.cow``) is imported inside ``execute()`` so that parsing a
+DAG file never imports PyArrow, DataFusion or PyIceberg.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_iceberg_exec import settings
+from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
+from airflow_provider_iceberg_exec.operators._common import (
+    engine_errors,
+    normalize_options,
+    optional_text,
+    payload_name,
+)
+from airflow_provider_iceberg_exec.operators.compaction import _task_bytes, _threshold, _warn_pool_slots
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = ["CowPlanOperator", "CowRewriteOperator"]
+
+
+def _source_files(value: Sequence[str] | str | None) -> list[str]:
+    """Rendered ``source_files`` as a list: a list, a JSON array string, or one path."""
+    from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+
+    if value is None:
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if not text or text in ("None", "null"):
+            return []
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except ValueError as err:
+                raise ConfigurationError(f"source_files is not a JSON array: {text!r}") from err
+        else:
+            return [text]
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise ConfigurationError(f"source_files must be a list of paths, got {type(value).__name__}")
+    return [str(path).strip() for path in value if str(path).strip()]
+
+
+class CowPlanOperator(BaseOperator):
+    """Plan a copy-on-write ``delete``, ``update`` or ``overwrite``; return one task spec per group.
+
+    Reads metadata only: files that cannot hold a matching row are left out, files whose every row
+    matches (provably, from partition or metrics) are removed without being read. The returned list is
+    meant for dynamic task mapping (``CowRewriteOperator.partial(...).expand(task_spec=plan.output)``);
+    an empty list means no file may hold a matching row, which is logged, and the task succeeds. Above
+    ``payload_file_threshold`` files, task specs are staged as JSON files under the table's
+    ``metadata/iceberg-exec-staging/`` and XCom carries references.
+
+    :param table: the table, ``"namespace.table"`` (templated).
+    :param operation: ``delete``, ``update`` or ``overwrite`` (templated).
+    :param where: the rows, in PyIceberg's row-filter syntax, e.g. ``"user_id = 42"``; required (templated).
+    :param set_columns: for ``update``: ``{column: SQL expression}``, e.g. ``{"amount": "amount * 1.1"}``;
+        a JSON object string is accepted (templated).
+    :param source_files: for ``overwrite``: Parquet files whose rows replace the matching ones, every row
+        matching ``where``; a list, a JSON array string or one path (templated).
+    :param branch: the branch (templated).
+    :param isolation_level: ``serializable`` or ``snapshot``; default the table's
+        ``write.delete.isolation-level`` (``write.update.isolation-level`` for updates) (templated).
+    :param task_size_bytes: bytes to read per mapped task; default 1 GiB.
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection of the catalog (templated).
+    :param payload_file_threshold: above this many files the specs are staged in files; default
+        ``[iceberg_exec] payload_file_threshold``.
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "operation",
+        "where",
+        "set_columns",
+        "source_files",
+        "branch",
+        "isolation_level",
+        "iceberg_exec_conn_id",
+    )
+    template_fields_renderers = {"set_columns": "json", "where": "sql"}
+    ui_color = "#f6c6a0"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        where: str,
+        operation: str = "delete",
+        set_columns: Mapping[str, str] | str | None = None,
+        source_files: Sequence[str] | str | None = None,
+        branch: str = "main",
+        isolation_level: str | None = None,
+        task_size_bytes: int | None = None,
+        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+        payload_file_threshold: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.where = where
+        self.operation = operation
+        self.set_columns = set_columns
+        self.source_files = source_files
+        self.branch = branch
+        self.isolation_level = isolation_level
+        self.task_size_bytes = task_size_bytes
+        self.iceberg_exec_conn_id = iceberg_exec_conn_id
+        self.payload_file_threshold = payload_file_threshold
+
+    @cached_property
+    def hook(self) -> IcebergExecHook:
+        """The catalog hook, built after the templates are rendered."""
+        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        """Plan and return the task specs (JSON), possibly staged; ``[]`` when no row can match."""
+        from airflow_provider_iceberg_exec.engine.cow import DEFAULT_TASK_SIZE_BYTES, plan_cow_rewrite
+        from airflow_provider_iceberg_exec.engine.payloads import count_files, offload_payload
+
+        threshold = _threshold(self.payload_file_threshold)
+        with engine_errors():
+            table = self.hook.load_table(self.table)
+            plan = plan_cow_rewrite(
+                table,
+                operation=optional_text(self.operation) or "delete",
+                where=optional_text(self.where) or "",
+                set_columns=normalize_options(self.set_columns) or None,
+                source_files=_source_files(self.source_files),
+                branch=optional_text(self.branch) or "main",
+                isolation_level=optional_text(self.isolation_level),
+                task_size_bytes=int(self.task_size_bytes or DEFAULT_TASK_SIZE_BYTES),
+            )
+            tasks: list[dict[str, Any]] = list(plan.get("tasks", []))
+            if not tasks:
+                self.log.info(
+                    "Nothing to %s in %s (branch %s, snapshot %s): no data file may hold a row matching %s",
+                    plan.get("operation"),
+                    self.table,
+                    plan.get("branch"),
+                    plan.get("base_snapshot_id"),
+                    plan.get("where"),
+                )
+                return []
+            files = count_files(tasks)
+            self.log.info(
+                "Planned %s of %s at snapshot %s (%s isolation) where %s: %s tasks over %s data files "
+                "(%s bytes to read, %s removed without reading) and %s files to load",
+                plan.get("operation"),
+                self.table,
+                plan.get("base_snapshot_id"),
+                plan.get("isolation_level"),
+                plan.get("where"),
+                len(tasks),
+                plan.get("candidate_data_files_count"),
+                sum(_task_bytes(task) for task in tasks),
+                plan.get("dropped_without_reading_count"),
+                plan.get("source_files_count"),
+            )
+            if files <= threshold:
+                return tasks
+            location = table.location()
+            staged = [
+                offload_payload(
+                    table.io,
+                    location,
+                    task,
+                    name=payload_name(
+                        context,
+                        task_id=self.task_id,
+                        dag_id=self.dag_id,
+                        part=f"cow-task-{task.get('task_id', index)}",
+                    ),
+                    threshold=0,
+                )
+                for index, task in enumerate(tasks)
+            ]
+            self.log.info("Staged %s task specs (%s files > threshold %s)", len(staged), files, threshold)
+            return staged
+
+
+class CowRewriteOperator(BaseOperator):
+    """Run one planned copy-on-write task in one bounded-memory execution; return its result.
+
+    Mapped over the plan: ``CowRewriteOperator.partial(task_id="rewrite").expand(task_spec=plan.output)``.
+    Each data file is read once on the predicate's columns; a file without a matching row is left
+    untouched, the others are rewritten without (or with updated) matching rows; rows loaded by an
+    overwrite are checked against the predicate. Returns the engine's result (removed and added files as
+    DataFile JSON, rows and bytes), staged in a file past ``payload_file_threshold`` files. Nothing is
+    committed: the :class:`~airflow_provider_iceberg_exec.operators.commit.CommitOperator` commits every
+    task's result at once.
+
+    Runs in ``pool`` (default ``[iceberg_exec] pool``) with ``pool_slots`` (default: derived from
+    ``[iceberg_exec] memory_limit``).
+
+    :param task_spec: one element of the plan task's output (templated).
+    :param table: the table; default the spec's (templated).
+    :param memory_limit: the execution's memory limit, e.g. ``"1GiB"``; default
+        ``[iceberg_exec] memory_limit`` (templated).
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
+    :param payload_file_threshold: see :class:`CowPlanOperator`.
+    """
+
+    template_fields: Sequence[str] = ("task_spec", "table", "memory_limit", "iceberg_exec_conn_id")
+    template_fields_renderers = {"task_spec": "json"}
+    ui_color = "#f0a86e"
+
+    def __init__(
+        self,
+        *,
+        task_spec: Mapping[str, Any],
+        table: str | None = None,
+        memory_limit: str | int | None = None,
+        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+        payload_file_threshold: int | None = None,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            pool=pool if pool is not None else settings.default_pool(),
+            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
+            **kwargs,
+        )
+        self.task_spec = task_spec
+        self.table = table
+        self.memory_limit = memory_limit
+        self.iceberg_exec_conn_id = iceberg_exec_conn_id
+        self.payload_file_threshold = payload_file_threshold
+
+    @cached_property
+    def hook(self) -> IcebergExecHook:
+        """The catalog hook, built after the templates are rendered."""
+        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Execute the task and return the result JSON (or a reference to it)."""
+        from airflow_provider_iceberg_exec.engine.cow import execute_cow_task
+        from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+        from airflow_provider_iceberg_exec.engine.payloads import (
+            is_payload_ref,
+            offload_payload,
+            resolve_payload,
+        )
+
+        with engine_errors():
+            if not isinstance(self.task_spec, Mapping):
+                raise DataFileCodecError(
+                    f"task_spec must be one task spec (a JSON object), got {type(self.task_spec).__name__}"
+                )
+            table_name = optional_text(self.table) or str(self.task_spec.get("table") or "")
+            limits = settings.resource_limits(self.memory_limit)
+            _warn_pool_slots(self, limits)
+            table = self.hook.load_table(table_name)
+            spec = resolve_payload(table.io, self.task_spec)
+            self.log.info(
+                "Running %s task %s of %s: %s data files (%s bytes), %s files to load, memory limit %s bytes",
+                spec.get("operation"),
+                spec.get("task_id"),
+                table_name,
+                len(spec.get("data_files", []) or []),
+                _task_bytes(spec),
+                len(spec.get("source_files", []) or []),
+                limits.memory_limit_bytes,
+            )
+            result = execute_cow_task(table, spec, limits)
+            self.log.info(
+                "Task %s done: %s data files removed (%s unread, %s untouched), %s added; rows deleted %s, "
+                "updated %s, inserted %s, copied %s; %s bytes read, %s written; peak RSS %s bytes, "
+                "spilled %s bytes",
+                result.get("task_id"),
+                len(result.get("removed_data_files", []) or []),
+                result.get("dropped_without_reading_count"),
+                result.get("untouched_data_files_count"),
+                len(result.get("added_data_files", []) or []),
+                result.get("deleted_rows"),
+                result.get("updated_rows"),
+                result.get("inserted_rows"),
+                result.get("rewritten_rows"),
+                result.get("read_bytes"),
+                result.get("written_bytes"),
+                result.get("peak_rss_bytes"),
+                result.get("spilled_bytes"),
+            )
+            out = offload_payload(
+                table.io,
+                table.location(),
+                result,
+                name=payload_name(
+                    context,
+                    task_id=self.task_id,
+                    dag_id=self.dag_id,
+                    part=f"result-cow-task-{result.get('task_id')}",
+                ),
+                threshold=_threshold(self.payload_file_threshold),
+            )
+        if is_payload_ref(self.task_spec):
+            out["staged_inputs"] = [self.task_spec["uri"]]
+        return out
