@@ -213,7 +213,8 @@ def run_demo(
         f"{'':14}{'before':>22}{'after':>22}",
         *(f"{key:14}{before[key]!s:>22}{after[key]!s:>22}" for key in before),
         f"rewritten {result.get('rewritten_data_files_count')} files into "
-        f"{result.get('added_data_files_count')} (peak RSS {int(result.get('peak_rss_bytes') or 0) >> 20} MiB)",
+        f"{result.get('added_data_files_count')} "
+        f"(peak RSS {int(result.get('peak_rss_bytes') or 0) >> 20} MiB)",
         "row checksum unchanged"
         if (before["rows"], before["checksum"]) == (after["rows"], after["checksum"])
         else "ROW CHECKSUM CHANGED",

@@ -98,10 +98,13 @@ def plan_compaction(
     resolved = CompactionOptions.from_options(options, metadata.properties)
     chosen = _strategy(strategy)
     keys = _sort_keys(table, chosen, sort_order)
-    output_spec_id = resolved.output_spec_id if resolved.output_spec_id is not None else metadata.default_spec_id
+    output_spec_id = (
+        resolved.output_spec_id if resolved.output_spec_id is not None else metadata.default_spec_id
+    )
     if output_spec_id not in metadata.specs():
         raise ConfigurationError(
-            f"output-spec-id {output_spec_id} is not a partition spec of the table; valid: {sorted(metadata.specs())}"
+            f"output-spec-id {output_spec_id} is not a partition spec of the table; "
+            f"valid: {sorted(metadata.specs())}"
         )
     row_filter = parse_where(where, schema)
     snapshot = table.snapshot_by_name(branch)
@@ -169,7 +172,9 @@ def plan_compaction(
                     "output_spec_id": output_spec_id,
                     "needs_repartition": group.needs_repartition,
                     "input_bytes": group.input_bytes,
-                    "data_files": [_scanned_to_json(f, specs, schema) for f in files if isinstance(f, ScannedFile)],
+                    "data_files": [
+                        _scanned_to_json(f, specs, schema) for f in files if isinstance(f, ScannedFile)
+                    ],
                     "removed_delete_files": _removable_deletes(
                         [f for f in files if isinstance(f, ScannedFile)], applies_to, specs, schema
                     ),
@@ -229,7 +234,10 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         orders = {order.order_id: order for order in metadata.sort_orders}
         sort_order_id = match_table_sort_order(keys, orders, schema)
         if sort_order_id is None:
-            log.warning("sort order %r is not one of the table's orders: files are stamped unsorted", task["sort_order"])
+            log.warning(
+                "sort order %r is not one of the table's orders: files are stamped unsorted",
+                task["sort_order"],
+            )
             sort_order_id = 0
     from pyiceberg.table.locations import load_location_provider
 
@@ -341,7 +349,9 @@ def commit_compaction(
         return envelope(COMPACTION_RESULT, summary)
     bases = {(d["table"], d["base_snapshot_id"], d.get("branch", "main")) for d in docs}
     if len(bases) != 1:
-        raise ConfigurationError(f"results come from different plans {sorted(map(str, bases))}; commit each plan alone")
+        raise ConfigurationError(
+            f"results come from different plans {sorted(map(str, bases))}; commit each plan alone"
+        )
     (_, base_snapshot_id, branch) = bases.pop()
     options = CompactionOptions.from_options(docs[0].get("options"))
     batches: dict[int, list[Mapping[str, Any]]] = {}
@@ -453,20 +463,36 @@ def compact(
     results: list[dict[str, Any]] = []
     failed_files = 0
     for number, task in enumerate(plan["tasks"], start=1):
-        log.info("rewriting group %d of %d (%s, %d files)", number, len(plan["tasks"]), task["group_id"], len(task["data_files"]))
+        log.info(
+            "rewriting group %d of %d (%s, %d files)",
+            number,
+            len(plan["tasks"]),
+            task["group_id"],
+            len(task["data_files"]),
+        )
         try:
             results.append(execute_rewrite_task(table, task, limits))
         except IcebergExecError:
             if not resolved.partial_progress_enabled:
                 for done in results:
-                    _delete_quietly(table, [data_file_from_json(f, table.metadata.specs(), table.metadata.schema()) for f in done["added_data_files"]])
+                    _delete_quietly(
+                        table,
+                        [
+                            data_file_from_json(f, table.metadata.specs(), table.metadata.schema())
+                            for f in done["added_data_files"]
+                        ],
+                    )
                 raise
             failed_files += len(task["data_files"])
             log.exception("group %s failed; continuing under partial progress", task["group_id"])
     outcome = commit_compaction(
         table, results, commit_id=commit_id or uuid.uuid4().hex, failed_data_files_count=failed_files
     )
-    outcome["plan"] = {"base_snapshot_id": plan["base_snapshot_id"], "groups": len(plan["tasks"]), "skipped": len(plan["skipped"])}
+    outcome["plan"] = {
+        "base_snapshot_id": plan["base_snapshot_id"],
+        "groups": len(plan["tasks"]),
+        "skipped": len(plan["skipped"]),
+    }
     return outcome
 
 
@@ -474,7 +500,9 @@ def _strategy(text: str) -> Strategy:
     try:
         return Strategy(text.lower())
     except ValueError:
-        raise ConfigurationError(f"unsupported strategy {text!r}; only binpack or sort is supported") from None
+        raise ConfigurationError(
+            f"unsupported strategy {text!r}; only binpack or sort is supported"
+        ) from None
 
 
 def _sort_keys(table: Table, strategy: Strategy, sort_order: str | None) -> tuple[SortKey, ...]:
@@ -495,13 +523,18 @@ def _table_name(table: Table) -> str:
     return ".".join(table.name())
 
 
-def _scanned_to_json(scanned: ScannedFile, specs: Mapping[int, PartitionSpec], schema: Schema) -> dict[str, Any]:
+def _scanned_to_json(
+    scanned: ScannedFile, specs: Mapping[int, PartitionSpec], schema: Schema
+) -> dict[str, Any]:
     data_file = scanned.data_file
     return {
         "data-file": data_file_to_json(data_file, specs[data_file.spec_id], schema),
         "data-sequence-number": scanned.data_sequence_number,
         "delete-files": [
-            {"content-file": data_file_to_json(d.data_file, specs[d.data_file.spec_id], schema), "data-sequence-number": d.data_sequence_number}
+            {
+                "content-file": data_file_to_json(d.data_file, specs[d.data_file.spec_id], schema),
+                "data-sequence-number": d.data_sequence_number,
+            }
             for d in scanned.delete_files
         ],
     }
@@ -660,7 +693,10 @@ def _ordered(
         ctx.sql("SET datafusion.optimizer.repartition_file_scans = false").collect()
         ctx.register_parquet("staged", stage_path)
         frame = ctx.table("staged").sort(
-            *(col(name).sort(ascending=asc, nulls_first=nulls_first) for name, _fn, asc, nulls_first in hidden)
+            *(
+                col(name).sort(ascending=asc, nulls_first=nulls_first)
+                for name, _fn, asc, nulls_first in hidden
+            )
         )
         for batch in frame.execute_stream():
             arrow = batch.to_pyarrow()
@@ -703,10 +739,14 @@ def _resource_error(err: BaseException) -> BaseException:
         return err
     text = str(err)
     if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "No space left on device" in text:
-        return ResourceLimitError(f"the spill disk is full: {text.splitlines()[0] if text else err}; free space or raise the limit")
+        return ResourceLimitError(
+            f"the spill disk is full: {text.splitlines()[0] if text else err}; free space or raise the limit"
+        )
     if "Resources exhausted" in text:
         first = text.splitlines()[0]
-        return ResourceLimitError(f"the memory limit is too small for this group: {first}; raise --memory-limit")
+        return ResourceLimitError(
+            f"the memory limit is too small for this group: {first}; raise --memory-limit"
+        )
     return err
 
 
