@@ -485,3 +485,35 @@ def test_expiry_deletes_the_files_only_expired_snapshots_reached_on_s3(
     assert not any(_exists(seaweedfs_server, path) for path in replaced)
     assert all(_exists(seaweedfs_server, f.file_path) for f in data_files(s3_table))
     assert live_checksum(s3_table) == before
+
+
+def test_equality_delete_resolution_on_s3(seaweedfs_server: SeaweedFS, tmp_path: Path) -> None:
+    """Equality deletes on an s3:// table are applied by the rewrite and their file is removed."""
+    import pyarrow as pa
+
+    from airflow_provider_iceberg_exec.engine.resolve import resolve_equality_deletes
+    from tests.integration.test_deletes import (
+        _append,
+        _commit_deletes,
+        _create,
+        _equality_deletes,
+        _ids,
+        _live_delete_files,
+    )
+
+    catalog = load_catalog(_sqlite_config("resolve", tmp_path, seaweedfs_server))
+    catalog.create_namespace("ns")
+    table = _create(catalog)
+    _append(table, range(10))
+    _append(table, range(10, 20))
+    _commit_deletes(table, [_equality_deletes(table, {"id": (1, pa.int64(), [2, 3, 15])}, spec_id=0)])
+    assert table.location().startswith(f"s3://{seaweedfs_server.bucket}/")
+
+    result = resolve_equality_deletes(table, limits=_limits(tmp_path))
+
+    assert result["removed_delete_files_count"] == 1
+    assert _live_delete_files(table) == []
+    assert _ids(table) == [i for i in range(20) if i not in (2, 3, 15)]
+    for data_file in data_files(table):
+        assert _exists(seaweedfs_server, data_file.file_path)
+    catalog.engine.dispose()  # type: ignore[attr-defined]
