@@ -177,29 +177,18 @@ class CompactionPlanOperator(BaseOperator):
             return staged
 
 
-class CompactionRewriteOperator(BaseOperator):
-    """Rewrite one planned group of files in one bounded-memory DataFusion execution.
+class BoundedRewriteOperator(BaseOperator):
+    """Base of the mapped tasks that run one planned task spec in one bounded-memory execution.
 
-    Mapped over the plan: ``CompactionRewriteOperator.partial(task_id="rewrite").expand(task_spec=...)``.
-    Returns the engine's rewrite result (the new files as DataFile JSON), staged in a file past
-    ``payload_file_threshold`` files. Nothing is committed: the :class:`CommitOperator` commits every
-    group's result at once.
-
-    Runs in ``pool`` (default ``[iceberg_exec] pool``) with ``pool_slots`` (default: derived from
-    ``[iceberg_exec] memory_limit``; when the task sets a literal ``memory_limit``, pass
-    ``pool_slots=settings.pool_slots_for(memory_limit)``, as the task group helper does).
-
-    :param task_spec: one element of the plan task's output (templated).
-    :param table: the table; default the spec's (templated).
-    :param memory_limit: the execution's memory limit, e.g. ``"1GiB"``; default
-        ``[iceberg_exec] memory_limit`` (templated).
-    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
-    :param payload_file_threshold: see :class:`CompactionPlanOperator`.
+    Subclasses name the engine call (:meth:`run_task`) and what to log; this class renders the spec,
+    resolves a staged spec, builds the limits, maps engine errors once, and stages a large result.
     """
 
     template_fields: Sequence[str] = ("task_spec", "table", "memory_limit", "iceberg_exec_conn_id")
     template_fields_renderers = {"task_spec": "json"}
-    ui_color = "#a9d3f5"
+    #: a staged result's file name: this prefix and the result's value at ``result_name_key``
+    result_name_prefix = "result-group-"
+    result_name_key = "group_id"
 
     def __init__(
         self,
@@ -229,9 +218,18 @@ class CompactionRewriteOperator(BaseOperator):
         """The catalog hook, built after the templates are rendered."""
         return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
+    def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
+        """Call the engine on one task spec; return its result document."""
+        raise NotImplementedError
+
+    def log_start(self, table_name: str, spec: Mapping[str, Any], limits: ResourceLimits) -> None:
+        """Log what the task is about to do."""
+
+    def log_result(self, result: Mapping[str, Any]) -> None:
+        """Log what the task did."""
+
     def execute(self, context: Context) -> dict[str, Any]:
-        """Execute the group's rewrite and return the result JSON (or a reference to it)."""
-        from airflow_provider_iceberg_exec.engine.compaction import execute_rewrite_task
+        """Execute the task spec and return the result JSON (or a reference to it)."""
         from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
         from airflow_provider_iceberg_exec.engine.payloads import (
             is_payload_ref,
@@ -249,18 +247,9 @@ class CompactionRewriteOperator(BaseOperator):
             _warn_pool_slots(self, limits)
             table = self.hook.load_table(table_name)
             spec = resolve_payload(table.io, self.task_spec)
-            data_files = spec.get("data_files", [])
-            self.log.info(
-                "Rewriting group %s (commit batch %s) of %s: %s data files, %s bytes, memory limit %s bytes",
-                spec.get("group_id"),
-                spec.get("commit_batch"),
-                table_name,
-                len(data_files),
-                _task_bytes(spec),
-                limits.memory_limit_bytes,
-            )
-            result = execute_rewrite_task(table, spec, limits)
-            _log_rewrite(self, result)
+            self.log_start(table_name, spec, limits)
+            result = self.run_task(table, spec, limits)
+            self.log_result(result)
             out = offload_payload(
                 table.io,
                 table.location(),
@@ -269,13 +258,59 @@ class CompactionRewriteOperator(BaseOperator):
                     context,
                     task_id=self.task_id,
                     dag_id=self.dag_id,
-                    part=f"result-group-{result.get('group_id')}",
+                    part=f"{self.result_name_prefix}{result.get(self.result_name_key)}",
                 ),
                 threshold=_threshold(self.payload_file_threshold),
             )
         if is_payload_ref(self.task_spec):
             out["staged_inputs"] = [self.task_spec["uri"]]
         return out
+
+
+class CompactionRewriteOperator(BoundedRewriteOperator):
+    """Rewrite one planned group of files in one bounded-memory DataFusion execution.
+
+    Mapped over the plan: ``CompactionRewriteOperator.partial(task_id="rewrite").expand(task_spec=...)``.
+    Returns the engine's rewrite result (the new files as DataFile JSON), staged in a file past
+    ``payload_file_threshold`` files. Nothing is committed: the :class:`CommitOperator` commits every
+    group's result at once.
+
+    Runs in ``pool`` (default ``[iceberg_exec] pool``) with ``pool_slots`` (default: derived from
+    ``[iceberg_exec] memory_limit``; when the task sets a literal ``memory_limit``, pass
+    ``pool_slots=settings.pool_slots_for(memory_limit)``, as the task group helper does).
+
+    :param task_spec: one element of the plan task's output (templated).
+    :param table: the table; default the spec's (templated).
+    :param memory_limit: the execution's memory limit, e.g. ``"1GiB"``; default
+        ``[iceberg_exec] memory_limit`` (templated).
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
+    :param payload_file_threshold: see :class:`CompactionPlanOperator`.
+    """
+
+    ui_color = "#a9d3f5"
+
+    def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
+        """Rewrite the group (engine ``execute_rewrite_task``)."""
+        from airflow_provider_iceberg_exec.engine.compaction import execute_rewrite_task
+
+        return execute_rewrite_task(table, spec, limits)
+
+    def log_start(self, table_name: str, spec: Mapping[str, Any], limits: ResourceLimits) -> None:
+        """Log the group, its files and bytes, and the memory limit."""
+        data_files = spec.get("data_files", [])
+        self.log.info(
+            "Rewriting group %s (commit batch %s) of %s: %s data files, %s bytes, memory limit %s bytes",
+            spec.get("group_id"),
+            spec.get("commit_batch"),
+            table_name,
+            len(data_files),
+            _task_bytes(spec),
+            limits.memory_limit_bytes,
+        )
+
+    def log_result(self, result: Mapping[str, Any]) -> None:
+        """Log files, rows and bytes written, peak RSS and spill."""
+        _log_rewrite(self, result)
 
 
 class CompactionOperator(BaseOperator):

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
     engine_errors,
@@ -34,10 +33,16 @@ from airflow_provider_iceberg_exec.operators._common import (
     optional_text,
     payload_name,
 )
-from airflow_provider_iceberg_exec.operators.compaction import _task_bytes, _threshold, _warn_pool_slots
+from airflow_provider_iceberg_exec.operators.compaction import (
+    BoundedRewriteOperator,
+    _task_bytes,
+    _threshold,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 
 __all__ = ["CowPlanOperator", "CowRewriteOperator"]
 
@@ -201,7 +206,7 @@ class CowPlanOperator(BaseOperator):
             return staged
 
 
-class CowRewriteOperator(BaseOperator):
+class CowRewriteOperator(BoundedRewriteOperator):
     """Run one planned copy-on-write task in one bounded-memory execution; return its result.
 
     Mapped over the plan: ``CowRewriteOperator.partial(task_id="rewrite").expand(task_spec=plan.output)``.
@@ -223,99 +228,46 @@ class CowRewriteOperator(BaseOperator):
     :param payload_file_threshold: see :class:`CowPlanOperator`.
     """
 
-    template_fields: Sequence[str] = ("task_spec", "table", "memory_limit", "iceberg_exec_conn_id")
-    template_fields_renderers = {"task_spec": "json"}
     ui_color = "#f0a86e"
+    result_name_prefix = "result-cow-task-"
+    result_name_key = "task_id"
 
-    def __init__(
-        self,
-        *,
-        task_spec: Mapping[str, Any],
-        table: str | None = None,
-        memory_limit: str | int | None = None,
-        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
-        payload_file_threshold: int | None = None,
-        pool: str | None = None,
-        pool_slots: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            pool=pool if pool is not None else settings.default_pool(),
-            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
-            **kwargs,
-        )
-        self.task_spec = task_spec
-        self.table = table
-        self.memory_limit = memory_limit
-        self.iceberg_exec_conn_id = iceberg_exec_conn_id
-        self.payload_file_threshold = payload_file_threshold
-
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
-    def execute(self, context: Context) -> dict[str, Any]:
-        """Execute the task and return the result JSON (or a reference to it)."""
+    def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
+        """Run the copy-on-write task (engine ``execute_cow_task``)."""
         from airflow_provider_iceberg_exec.engine.cow import execute_cow_task
-        from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
-        from airflow_provider_iceberg_exec.engine.payloads import (
-            is_payload_ref,
-            offload_payload,
-            resolve_payload,
+
+        return execute_cow_task(table, spec, limits)
+
+    def log_start(self, table_name: str, spec: Mapping[str, Any], limits: ResourceLimits) -> None:
+        """Log the operation, its files and bytes, and the memory limit."""
+        self.log.info(
+            "Running %s task %s of %s: %s data files (%s bytes), %s files to load, memory limit %s bytes",
+            spec.get("operation"),
+            spec.get("task_id"),
+            table_name,
+            len(spec.get("data_files", []) or []),
+            _task_bytes(spec),
+            len(spec.get("source_files", []) or []),
+            limits.memory_limit_bytes,
         )
 
-        with engine_errors():
-            if not isinstance(self.task_spec, Mapping):
-                raise DataFileCodecError(
-                    f"task_spec must be one task spec (a JSON object), got {type(self.task_spec).__name__}"
-                )
-            table_name = optional_text(self.table) or str(self.task_spec.get("table") or "")
-            limits = settings.resource_limits(self.memory_limit)
-            _warn_pool_slots(self, limits)
-            table = self.hook.load_table(table_name)
-            spec = resolve_payload(table.io, self.task_spec)
-            self.log.info(
-                "Running %s task %s of %s: %s data files (%s bytes), %s files to load, memory limit %s bytes",
-                spec.get("operation"),
-                spec.get("task_id"),
-                table_name,
-                len(spec.get("data_files", []) or []),
-                _task_bytes(spec),
-                len(spec.get("source_files", []) or []),
-                limits.memory_limit_bytes,
-            )
-            result = execute_cow_task(table, spec, limits)
-            self.log.info(
-                "Task %s done: %s data files removed (%s unread, %s untouched), %s added; rows deleted %s, "
-                "updated %s, inserted %s, copied %s; %s bytes read, %s written; peak RSS %s bytes, "
-                "spilled %s bytes",
-                result.get("task_id"),
-                len(result.get("removed_data_files", []) or []),
-                result.get("dropped_without_reading_count"),
-                result.get("untouched_data_files_count"),
-                len(result.get("added_data_files", []) or []),
-                result.get("deleted_rows"),
-                result.get("updated_rows"),
-                result.get("inserted_rows"),
-                result.get("rewritten_rows"),
-                result.get("read_bytes"),
-                result.get("written_bytes"),
-                result.get("peak_rss_bytes"),
-                result.get("spilled_bytes"),
-            )
-            out = offload_payload(
-                table.io,
-                table.location(),
-                result,
-                name=payload_name(
-                    context,
-                    task_id=self.task_id,
-                    dag_id=self.dag_id,
-                    part=f"result-cow-task-{result.get('task_id')}",
-                ),
-                threshold=_threshold(self.payload_file_threshold),
-            )
-        if is_payload_ref(self.task_spec):
-            out["staged_inputs"] = [self.task_spec["uri"]]
-        return out
+    def log_result(self, result: Mapping[str, Any]) -> None:
+        """Log files removed and added, rows, bytes, peak RSS and spill."""
+        self.log.info(
+            "Task %s done: %s data files removed (%s unread, %s untouched), %s added; rows deleted %s, "
+            "updated %s, inserted %s, copied %s; %s bytes read, %s written; peak RSS %s bytes, "
+            "spilled %s bytes",
+            result.get("task_id"),
+            len(result.get("removed_data_files", []) or []),
+            result.get("dropped_without_reading_count"),
+            result.get("untouched_data_files_count"),
+            len(result.get("added_data_files", []) or []),
+            result.get("deleted_rows"),
+            result.get("updated_rows"),
+            result.get("inserted_rows"),
+            result.get("rewritten_rows"),
+            result.get("read_bytes"),
+            result.get("written_bytes"),
+            result.get("peak_rss_bytes"),
+            result.get("spilled_bytes"),
+        )
