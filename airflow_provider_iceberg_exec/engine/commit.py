@@ -269,6 +269,7 @@ def commit_overwrite(
     commit_id: str,
     branch: str = "main",
     snapshot_properties: Mapping[str, str] | None = None,
+    removed_delete_files: Sequence[DataFile] = (),
 ) -> CommitOutcome:
     """Remove and add data files in one snapshot, as Java's OverwriteFiles in Spark's copy-on-write commit.
 
@@ -307,6 +308,8 @@ def commit_overwrite(
     :param commit_id: the caller's idempotency key (see :func:`commit_rewrite`).
     :param branch: the branch to commit to.
     :param snapshot_properties: extra summary properties.
+    :param removed_delete_files: delete files to drop in the same snapshot: those that applied only to
+        removed data files (their deletion vectors and file-scoped position deletes); each must be live.
     :returns: the committed (or already committed) snapshot.
     :raises ConfigurationError: for bad arguments, or a format-version 3 table.
     :raises TableNotFoundError: when the table no longer exists.
@@ -316,18 +319,19 @@ def commit_overwrite(
     """
     level = IsolationLevel.parse(isolation_level)
     properties = _check_overwrite_arguments(
-        deleted_data_files, added_data_files, commit_id, snapshot_properties
+        deleted_data_files, added_data_files, removed_delete_files, commit_id, snapshot_properties
     )
     return _commit_files(
         table,
         branch=branch,
         commit_id=commit_id,
-        removed_delete_files=(),
+        removed_delete_files=removed_delete_files,
         producer=lambda transaction: _OverwriteFiles(
             transaction,
             base_snapshot_id=base_snapshot_id,
             deleted_data_files=deleted_data_files,
             added_data_files=added_data_files,
+            removed_delete_files=removed_delete_files,
             conflict_detection_filter=conflict_detection_filter,
             isolation_level=level,
             commit_id=commit_id,
@@ -336,7 +340,7 @@ def commit_overwrite(
         ),
         what=(
             f"{len(deleted_data_files)} data files removed, {len(added_data_files)} added, "
-            f"{level.value} isolation"
+            f"{len(removed_delete_files)} deletes removed, {level.value} isolation"
         ),
     )
 
@@ -456,11 +460,16 @@ def _check_arguments(
 def _check_overwrite_arguments(
     deleted: Sequence[DataFile],
     added: Sequence[DataFile],
+    removed_deletes: Sequence[DataFile],
     commit_id: str,
     snapshot_properties: Mapping[str, str] | None,
 ) -> dict[str, str]:
     if not deleted and not added:
         raise ConfigurationError("an overwrite must remove or add at least one data file")
+    if removed_deletes and not deleted:
+        raise ConfigurationError("an overwrite can remove delete files only along with data files")
+    if bad := [f.file_path for f in removed_deletes if f.content == DataFileContent.DATA]:
+        raise ConfigurationError(f"removed delete files must be delete files: {', '.join(bad)}")
     return _check_common(deleted, added, commit_id, snapshot_properties)
 
 
@@ -928,6 +937,7 @@ class _OverwriteFiles(_FilesProducer):
         commit_id: str,
         branch: str,
         snapshot_properties: dict[str, str],
+        removed_delete_files: Sequence[DataFile] = (),
     ) -> None:
         if deleted_data_files and not added_data_files:
             operation = Operation.DELETE
@@ -941,7 +951,7 @@ class _OverwriteFiles(_FilesProducer):
             base_snapshot_id=base_snapshot_id,
             removed_data_files=deleted_data_files,
             added_data_files=added_data_files,
-            removed_delete_files=(),
+            removed_delete_files=removed_delete_files,
             commit_id=commit_id,
             branch=branch,
             snapshot_properties=snapshot_properties,

@@ -33,8 +33,14 @@ memory limit holds four writer buffers per thread. Only rows that must change pa
 partition column, files of an older spec, rows loaded by ``overwrite``) are clustered by partition through
 DataFusion's spilling sort over a staged copy, as compaction does.
 
-**Deletes.** A data file with delete files is refused unless it is removed whole: rewriting it without
-applying them would resurrect deleted rows (until the merge-on-read issue lands).
+**Deletes.** A data file with delete files (position deletes, deletion vectors, equality deletes) is
+read through :func:`~airflow_provider_iceberg_exec.engine.deletes.iter_live_group_batches`, as compaction
+reads it: in the probe (all columns then, not only the predicate's) and in the rewrite, so a deleted row
+is neither counted as matching nor copied. Such a file is never removed unread (its live row count is not
+in the metadata). When it is removed or rewritten, the delete files that applied only to removed files
+(its deletion vector, file-scoped position deletes, and any other delete no live file needs any more)
+are removed in the same commit; those that still apply to a file left in place stay. Files with equality
+deletes are rewritten one at a time (their anti-join has a share of the memory limit of its own).
 """
 
 from __future__ import annotations
@@ -53,8 +59,14 @@ from airflow_provider_iceberg_exec.engine.commit import IsolationLevel, commit_o
 from airflow_provider_iceberg_exec.engine.compaction import (
     _check_outputs_exist,
     _delete_quietly,
+    _delete_targets,
+    _has_equality_deletes,
     _ordered,
+    _removable_deletes,
     _resource_error,
+    _scanned_from_json,
+    _scanned_to_json,
+    _with_dangling_deletes,
 )
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import (
@@ -66,6 +78,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     envelope,
 )
 from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_json, data_file_to_json
+from airflow_provider_iceberg_exec.engine.deletes import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitStateUnknownError,
     CommitValidationError,
@@ -74,7 +87,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     IcebergExecError,
 )
 from airflow_provider_iceberg_exec.engine.read import iter_data_file_batches
-from airflow_provider_iceberg_exec.engine.scan import parse_where, scan_data_files
+from airflow_provider_iceberg_exec.engine.scan import ScannedFile, parse_where, scan_data_files
 from airflow_provider_iceberg_exec.engine.session import build_session, track_resources
 from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter, _column
 
@@ -660,7 +673,7 @@ def plan_cow_rewrite(
     :param task_size_bytes: bytes to read per task (one Airflow task each when mapped).
     :returns: the plan document (``iceberg-exec/cow-plan@1``); its ``tasks`` feed :func:`execute_cow_task`.
     :raises ConfigurationError: for a bad operation, predicate, assignment, source file or isolation level;
-        for data files with delete files that would have to be rewritten; for a format-version 3 table.
+        for a format-version 3 table.
     """
     kind = _operation(operation)
     table.refresh()
@@ -709,18 +722,21 @@ def plan_cow_rewrite(
     if snapshot is not None:
         specs = metadata.specs()
         all_rows_match = predicate.strict_evaluator(metadata)
-        refused = []
-        for scanned in scan_data_files(table, snapshot, predicate.unbound):
+        scanned_files = scan_data_files(table, snapshot, predicate.unbound)
+        # Which live data files each delete file applies to, over the whole table (not only `where`).
+        applies_to = (
+            _delete_targets(scan_data_files(table, snapshot, parse_where(None, schema)))
+            if any(f.delete_files for f in scanned_files)
+            else {}
+        )
+        for scanned in scanned_files:
             data_file = scanned.data_file
-            whole = kind != "update" and all_rows_match(data_file)
-            if scanned.delete_files and not whole:
-                refused.append(data_file.file_path)
-                continue
+            whole = kind != "update" and not scanned.delete_files and all_rows_match(data_file)
             dropped += whole
             entries.append(
                 {
-                    "data-file": data_file_to_json(data_file, specs[data_file.spec_id], schema),
-                    "data-sequence-number": scanned.data_sequence_number,
+                    **_scanned_to_json(scanned, specs, schema),
+                    "removable-delete-files": _removable_deletes([scanned], applies_to, specs, schema),
                     "all-rows-match": whole,
                     "_order": (
                         data_file.spec_id,
@@ -728,12 +744,6 @@ def plan_cow_rewrite(
                         data_file.file_path,
                     ),
                 }
-            )
-        if refused:
-            raise ConfigurationError(
-                f"{len(refused)} data file(s) that may hold matching rows have delete files, e.g. "
-                f"{refused[0]}; copy-on-write does not apply delete files yet (merge-on-read support is "
-                "pending), and rewriting them without would resurrect deleted rows; table left unchanged"
             )
     tasks = _tasks(common, entries, sources, task_size_bytes)
     log.info(
@@ -848,6 +858,7 @@ class _Counts:
     dropped_without_reading: int = 0
     rewritten_files: int = 0
     removed: list[dict[str, Any]] = field(default_factory=list)
+    removed_deletes: list[dict[str, Any]] = field(default_factory=list)
     added: list[DataFile] = field(default_factory=list)
 
     def merge(self, other: _Counts) -> None:
@@ -855,7 +866,13 @@ class _Counts:
         for name in _COUNT_FIELDS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.removed.extend(other.removed)
+        self.removed_deletes.extend(other.removed_deletes)
         self.added.extend(other.added)
+
+    def remove(self, entry: Mapping[str, Any]) -> None:
+        """Record the removal of a task entry's data file, and of the delete files only it needed."""
+        self.removed.append(dict(entry["data-file"]))
+        self.removed_deletes.extend(entry.get("removable-delete-files") or [])
 
 
 _COUNT_FIELDS = (
@@ -903,11 +920,6 @@ def execute_cow_task(table: Table, task: Mapping[str, Any], limits: ResourceLimi
     if output_spec_id not in specs:
         raise ConfigurationError(f"task output spec {output_spec_id} is not a partition spec of the table")
     entries = list(doc.get("data_files") or [])
-    if with_deletes := [e["data-file"]["file-path"] for e in entries if e.get("delete-files")]:
-        raise ConfigurationError(
-            f"{len(with_deletes)} input file(s) have delete files, e.g. {with_deletes[0]}; rewriting them "
-            "without applying their deletes would resurrect deleted rows"
-        )
     sources = [
         _Source(path=str(s["path"]), size_bytes=int(s["size-in-bytes"]), record_count=int(s["record-count"]))
         for s in doc.get("source_files") or []
@@ -950,6 +962,7 @@ def execute_cow_task(table: Table, task: Mapping[str, Any], limits: ResourceLimi
             **{key: doc.get(key) for key in _COMMON_KEYS},
             "task_id": doc.get("task_id"),
             "removed_data_files": counts.removed,
+            "removed_delete_files": counts.removed_deletes,
             "added_data_files": [data_file_to_json(f, output_spec, schema) for f in added],
             "rewritten_data_files_count": counts.rewritten_files,
             "dropped_data_files_count": counts.dropped_files,
@@ -1003,6 +1016,7 @@ class _Run:
         self.writers: list[RollingDataFileWriter] = []
         self.added: list[DataFile] = []
         self._updater: _Updater | None = None
+        self.spill_dir = ""  # set by execute
         self.set_ids = {a.field_id for a in self.assignments}
         self.moves_partitions = bool(self.set_ids & {f.source_id for f in self.output_spec.fields})
 
@@ -1013,23 +1027,26 @@ class _Run:
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
+        self.spill_dir = spill_dir
         if self.kind == "update":
             self._updater = _Updater(build_session(self.limits, spill_dir), self.assignments)
-        in_place: list[tuple[Mapping[str, Any], DataFile]] = []
+        in_place: list[tuple[Mapping[str, Any], ScannedFile]] = []
         to_order: list[Callable[[], Iterator[pa.RecordBatch]]] = []
         ordered = _Counts()  # filled while the ordered stream is consumed, merged once it is written
         for entry in entries:
-            data_file = data_file_from_json(entry["data-file"], self.specs, self.schema)
+            scanned = _scanned_from_json(entry, self.specs, self.schema)
             if entry.get("all-rows-match"):
-                self.counts.merge(self._drop_unread(entry, data_file))
-            elif self._needs_order(data_file):
-                rewrite = self._triage(entry, data_file, ordered)
+                self.counts.merge(self._drop_unread(entry, scanned.data_file))
+            elif self._needs_order(scanned.data_file):
+                rewrite = self._triage(entry, scanned, ordered)
                 if rewrite is not None:
                     to_order.append(rewrite)
             else:
-                in_place.append((entry, data_file))
+                in_place.append((entry, scanned))
 
         workers = min(_workers(self.limits), len(in_place))
+        if any(_has_equality_deletes(scanned) for _, scanned in in_place):
+            workers = 1  # each equality-delete anti-join takes its own share of the memory limit
         if workers <= 1:
             for item in in_place:
                 self.counts.merge(self._in_place(*item))
@@ -1066,59 +1083,61 @@ class _Run:
     def _drop_unread(self, entry: Mapping[str, Any], data_file: DataFile) -> _Counts:
         if self.kind == "update":
             raise ConfigurationError("an update task cannot remove files unread")
-        return _Counts(
-            deleted_rows=data_file.record_count,
-            dropped_files=1,
-            dropped_without_reading=1,
-            removed=[dict(entry["data-file"])],
-        )
+        if entry.get("delete-files"):
+            raise ConfigurationError(f"{data_file.file_path} has delete files: it cannot be removed unread")
+        outcome = _Counts(deleted_rows=data_file.record_count, dropped_files=1, dropped_without_reading=1)
+        outcome.remove(entry)
+        return outcome
 
-    def _in_place(self, entry: Mapping[str, Any], data_file: DataFile) -> _Counts:
+    def _in_place(self, entry: Mapping[str, Any], scanned: ScannedFile) -> _Counts:
         """Probe one data file and, when it must change, rewrite it into files of its own partition."""
         outcome = _Counts()
-        rewrite = self._triage(entry, data_file, outcome)
+        rewrite = self._triage(entry, scanned, outcome)
         if rewrite is not None:
             # Read and filter on one thread, encode and write on this one: the two overlap.
             with _Prefetched(rewrite(), depth=2) as batches:
-                added = self._write(batches, sort_order_id=self._kept_sort_order(data_file))
+                added = self._write(batches, sort_order_id=self._kept_sort_order(scanned))
             outcome.added.extend(added)
         return outcome
 
     def _triage(
-        self, entry: Mapping[str, Any], data_file: DataFile, outcome: _Counts
+        self, entry: Mapping[str, Any], scanned: ScannedFile, outcome: _Counts
     ) -> Callable[[], Iterator[pa.RecordBatch]] | None:
         """Decide what happens to one data file; return the stream of its rewritten rows, if any."""
-        rows = data_file.record_count
-        matched = self._probe(data_file, outcome)
-        if matched == 0:
+        data_file = scanned.data_file
+        probed = self._probe(scanned, outcome)
+        if probed is not None and probed[0] == 0:
             outcome.untouched_files += 1
-            log.debug("no row of %s matches: left untouched", data_file.file_path)
+            log.debug("no live row of %s matches: left untouched", data_file.file_path)
             return None
-        outcome.removed.append(dict(entry["data-file"]))
-        if matched == rows and self.kind != "update":
-            outcome.deleted_rows += rows
+        outcome.remove(entry)
+        if probed is not None and self.kind != "update":
+            outcome.deleted_rows += probed[0]
             outcome.dropped_files += 1
             return None
         outcome.rewritten_files += 1
         outcome.read_bytes += data_file.file_size_in_bytes
-        return lambda: self._rewrite(data_file, matched, outcome)
+        expected = probed[0] if probed is not None else None
+        return lambda: self._rewrite(scanned, expected, outcome)
 
-    def _probe(self, data_file: DataFile, outcome: _Counts) -> int | None:
-        """Read only the predicate's columns of ``data_file``: how many rows match.
+    def _probe(self, scanned: ScannedFile, outcome: _Counts) -> tuple[int, int] | None:
+        """Read only the predicate's columns of a data file: how many of its live rows match.
 
-        Returns the exact count when no row or every row matches, and ``None`` as soon as the file is known
-        to hold both matching and other rows (it will be rewritten, which counts them), so the probe of a
-        file that must be rewritten usually stops after its first batch.
+        Returns ``(matched, live rows)`` when no row or every live row matches, and ``None`` as soon as the
+        file is known to hold both matching and other rows (it will be rewritten, which counts them), so the
+        probe of a file that must be rewritten usually stops after its first batch. A file with delete
+        files is read in full through the delete-applying reader.
         """
         import pyarrow.compute as pc
         from pyiceberg.schema import prune_columns
 
         outcome.probed_files += 1
-        if not self.predicate.field_ids:  # a constant predicate: true here (false was pruned)
-            return int(data_file.record_count)
+        if not self.predicate.field_ids and not scanned.delete_files:
+            # a constant predicate: true here (false was pruned)
+            return int(scanned.data_file.record_count), int(scanned.data_file.record_count)
         projection = prune_columns(self.schema, self.predicate.field_ids, select_full_types=False)
         matched = seen = 0
-        batches = self._read(data_file, projection)
+        batches = self._read(scanned, projection)
         try:
             for batch in batches:
                 matched += int(pc.sum(self.predicate.matches(batch)).as_py() or 0)
@@ -1127,22 +1146,24 @@ class _Run:
                     return None
         finally:
             batches.close()  # type: ignore[attr-defined]  # a generator: closes the file now
-        return matched
+        return matched, seen
 
     def _rewrite(
-        self, data_file: DataFile, expected_matches: int | None, outcome: _Counts
+        self, scanned: ScannedFile, expected_matches: int | None, outcome: _Counts
     ) -> Iterator[pa.RecordBatch]:
-        """The rows of ``data_file`` that stay: without the matching ones, or with them updated.
+        """The live rows of a data file that stay: without the matching ones, or with them updated.
 
         :param expected_matches: the probe's count, or ``None`` for "some rows, not all".
         """
         import pyarrow.compute as pc
 
-        matched_total = 0
-        for batch in self._read(data_file, self.schema):
+        data_file = scanned.data_file
+        matched_total = seen = 0
+        for batch in self._read(scanned, self.schema):
             mask = self.predicate.matches(batch)
             matched = int(pc.sum(mask).as_py() or 0)
             matched_total += matched
+            seen += batch.num_rows
             if self.kind == "update":
                 if self._updater is None:  # pragma: no cover - execute sets it for updates
                     raise RuntimeError("no updater")
@@ -1155,9 +1176,7 @@ class _Run:
                 outcome.rewritten_rows += out.num_rows
             yield out
         consistent = (
-            0 < matched_total < data_file.record_count
-            if expected_matches is None
-            else matched_total == expected_matches
+            0 < matched_total < seen if expected_matches is None else matched_total == expected_matches
         )
         if not consistent:
             raise DataFileReadError(
@@ -1165,8 +1184,19 @@ class _Run:
                 "read found; the file changed while it was read"
             )
 
-    def _read(self, data_file: DataFile, projection: Schema) -> Iterator[pa.RecordBatch]:
+    def _read(self, scanned: ScannedFile, projection: Schema) -> Iterator[pa.RecordBatch]:
+        """The rows of a data file: its live rows, all columns, when it has delete files."""
         metadata = self.table.metadata
+        if scanned.delete_files:
+            return iter_live_group_batches(
+                self.table.io,
+                metadata,
+                [scanned],
+                limits=self.limits,
+                spill_dir=self.spill_dir,
+                stats=DeleteStats(),
+            )
+        data_file = scanned.data_file
         return iter_data_file_batches(
             self.table.io,
             data_file,
@@ -1183,10 +1213,13 @@ class _Run:
             return False
         return data_file.spec_id != self.output_spec.spec_id or self.moves_partitions
 
-    def _kept_sort_order(self, data_file: DataFile) -> int | None:
-        """The input's sort order id when the output keeps its row order (filtered, sort keys unchanged)."""
-        order_id = data_file.sort_order_id
-        if order_id is None or order_id not in self.sort_orders:
+    def _kept_sort_order(self, scanned: ScannedFile) -> int | None:
+        """The input's sort order id when the output keeps its row order (filtered, sort keys unchanged).
+
+        An equality-delete anti-join does not keep the row order.
+        """
+        order_id = scanned.data_file.sort_order_id
+        if order_id is None or order_id not in self.sort_orders or _has_equality_deletes(scanned):
             return None
         if self.set_ids & {f.source_id for f in self.sort_orders[order_id].fields}:
             return None
@@ -1334,6 +1367,7 @@ def commit_cow_rewrite(
         "isolation_level": None,
         "deleted_data_files_count": 0,
         "added_data_files_count": 0,
+        "removed_delete_files_count": 0,
         "untouched_data_files_count": sum(int(d.get("untouched_data_files_count", 0)) for d in docs),
         "dropped_without_reading_count": sum(int(d.get("dropped_without_reading_count", 0)) for d in docs),
         **{key: sum(int(d.get(key, 0)) for d in docs) for key in _ROW_AND_BYTE_KEYS},
@@ -1363,16 +1397,33 @@ def commit_cow_rewrite(
         return envelope(COW_COMMIT_RESULT, summary)
     _check_outputs_exist(table, added)
     base = first.get("base_snapshot_id")
+    branch = str(first.get("branch") or "main")
+    removed_deletes = [
+        data_file_from_json(f, specs, schema) for d in docs for f in d.get("removed_delete_files", [])
+    ]
+    head = table.snapshot_by_name(branch)
+    head_deletes = head.summary.get("total-delete-files") if head is not None and head.summary else None
+    if base is not None and deleted and head_deletes != "0":
+        # Also the deletes that applied only to files removed together (a partition-scoped one, say).
+        removed_deletes = _with_dangling_deletes(
+            table,
+            removed_deletes,
+            base_snapshot_id=int(base),
+            rewritten_paths={f.file_path for f in deleted},
+            branch=branch,
+        )
+    summary["removed_delete_files_count"] = len(removed_deletes)
     try:
         outcome = commit_overwrite(
             table,
             base_snapshot_id=int(base) if base is not None else None,
             deleted_data_files=deleted,
             added_data_files=added,
+            removed_delete_files=removed_deletes,
             conflict_detection_filter=parse_where(str(first["where"]), schema),
             isolation_level=str(first["isolation_level"]),
             commit_id=commit_id,
-            branch=str(first.get("branch") or "main"),
+            branch=branch,
             snapshot_properties={"iceberg-exec.operation": str(first["operation"])},
         )
     except CommitValidationError:

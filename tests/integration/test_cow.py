@@ -38,8 +38,16 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
     DataFileReadError,
 )
-from tests.helpers import data_files, row_digest
+from tests.helpers import commit_position_deletes, data_files, row_digest
 from tests.integration.test_commit import _race_once, _write_position_deletes, commit_row_delta_for_tests
+from tests.integration.test_deletes import (
+    _append,
+    _commit_deletes,
+    _create,
+    _equality_deletes,
+    _ids,
+    _live_delete_files,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -405,27 +413,76 @@ def test_a_metrics_proof_does_not_count_when_the_column_holds_nulls(
     assert digest(live(table)) == digest(expected)
 
 
-def test_a_file_with_delete_files_is_refused_unless_it_is_dropped_whole(
-    catalog: SqlCatalog, tmp_path: Path
+def _file_of(table: Table, present: set[str]) -> DataFile:
+    """The one live data file added since ``present`` (paths)."""
+    added: list[DataFile] = [f for f in data_files(table) if f.file_path not in present]
+    assert len(added) == 1
+    return added[0]
+
+
+def _appended_files(table: Table, *id_ranges: range) -> list[DataFile]:
+    """Append each range as one data file (test_deletes' schema); return the files in that order."""
+    out: list[DataFile] = []
+    for ids in id_ranges:
+        _append(table, ids)
+        out.append(_file_of(table, {f.file_path for f in out}))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("where", "matching"), [("id < 6", {0, 2, 3, 5}), ("id < 10", {0, 2, 3, 5, 6, 7, 8, 9})]
+)
+def test_delete_applies_position_deletes(
+    catalog: SqlCatalog, tmp_path: Path, where: str, matching: set[int]
 ) -> None:
-    table = make_table(catalog, partitioned=False)
-    first = sorted(data_files(table), key=min_id)[0]
-    commit_row_delta_for_tests(table, [_write_position_deletes(table, "pd", [(first.file_path, 3)])])
-    location = table.metadata_location
+    table = _create(catalog)
+    first, second, _ = _appended_files(table, range(10), range(10, 20), range(20, 30))
+    first_deletes = commit_position_deletes(table, first.file_path, [1, 4])  # ids 1 and 4
+    second_deletes = commit_position_deletes(table, second.file_path, [2])  # id 12
+    before = _ids(table)
+    assert before == sorted(set(range(30)) - {1, 4, 12})
 
-    with pytest.raises(ConfigurationError, match=r"have delete files.*would resurrect deleted rows"):
-        cow_rewrite(table, operation="delete", where="id < 10", limits=limits(tmp_path))
-    with pytest.raises(ConfigurationError, match="have delete files"):
-        cow_rewrite(
-            table, operation="update", where="id < 200", set_columns={"name": "'x'"}, limits=limits(tmp_path)
-        )
+    result = cow_rewrite(table, operation="delete", where=where, limits=limits(tmp_path))
+
+    assert _ids(table) == sorted(set(before) - matching)
+    assert result["deleted_rows"] == len(matching)  # the deleted rows 1 and 4 are not counted
+    assert result["dropped_without_reading_count"] == 0  # live rows are not in the metadata
+    assert result["removed_delete_files_count"] == 1
+    live_deletes = {f.file_path for f in _live_delete_files(table)}
+    assert live_deletes == {second_deletes.file_path}  # the untouched file's delete file stays
+    assert first_deletes.file_path not in live_deletes
+
+
+def test_delete_applies_equality_deletes(catalog: SqlCatalog, tmp_path: Path) -> None:
+    table = _create(catalog)
+    _appended_files(table, range(10), range(10, 20))
+    equality = _equality_deletes(table, {"id": (1, pa.int64(), [3, 15])}, spec_id=0)
+    _commit_deletes(table, [equality])
+    matching = {1, 12, 13, 14, 16, 17, 18, 19}  # "id = 1 or id >= 12" over the live rows (3, 15 deleted)
+
+    result = cow_rewrite(table, operation="delete", where="id = 1 or id >= 12", limits=limits(tmp_path))
+
+    assert result["deleted_rows"] == len(matching)
+    # Both files it applied to were rewritten: the equality delete is gone and PyIceberg reads the table.
+    assert _live_delete_files(table) == []
+    assert _ids(table) == sorted(set(range(20)) - {3, 15} - matching)
+
+
+def test_update_does_not_resurrect_position_deleted_rows(catalog: SqlCatalog, tmp_path: Path) -> None:
+    table = _create(catalog)
+    first, _ = _appended_files(table, range(10), range(10, 20))
+    first_deletes = commit_position_deletes(table, first.file_path, [1, 4])
+
+    result = cow_rewrite(
+        table, operation="update", where="id < 6", set_columns={"name": "'x'"}, limits=limits(tmp_path)
+    )
+
+    assert result["updated_rows"] == 4
     table.refresh()
-    assert table.metadata_location == location
-
-    expected = unmatched(live(table), lambda t: pc.less(t["id"], 100))
-    result = cow_rewrite(table, operation="delete", where="id < 100", limits=limits(tmp_path))
-    assert result["dropped_without_reading_count"] == 1
-    assert digest(live(table)) == digest(expected)
+    names = {r["id"]: r["name"] for r in table.scan().to_arrow().to_pylist()}
+    assert sorted(names) == sorted(set(range(20)) - {1, 4})
+    assert {i for i, name in names.items() if name == "x"} == {0, 2, 3, 5}
+    assert first_deletes.file_path not in {f.file_path for f in _live_delete_files(table)}
 
 
 def test_the_rewrite_streams(catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
