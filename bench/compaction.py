@@ -1,0 +1,954 @@
+"""Compaction benchmark: our engine against what a PyIceberg user does today and against the floor.
+
+Run by hand, never as a test::
+
+    /work/venv/bin/python bench/compaction.py [--rows 20000000 --files 400] [--out bench/out]
+
+1. Generates once (cached under ``--out``) a fragmented Iceberg table in a local SQLite catalog: ``--rows``
+   rows in ``--files`` data files, mixed column types, unpartitioned, written with PyIceberg's writer and
+   committed in one fast append. The table property ``write.target-file-size-bytes`` is 128 MiB, so
+   PyIceberg's overwrite rolls at the same size as the compaction.
+2. Runs every case in its own subprocess, from the same pristine table metadata (registered into a fresh
+   catalog per run, with ``write.data.path``/``write.metadata.path`` pointing into the run's directory),
+   and takes the peak RSS of the whole child from ``wait4``:
+
+   - ``binpack``: ``plan_compaction`` / ``execute_rewrite_task`` / ``commit_compaction`` (what ``compact``
+     runs), ``ResourceLimits(memory_limit_bytes=256 MiB)``, option ``target-file-size-bytes=134217728``;
+   - ``sort``: the same with strategy ``sort`` by ``user_id ASC NULLS LAST, event_ts DESC NULLS LAST``;
+   - ``pyiceberg``: ``table.overwrite(table.scan().to_arrow())``;
+   - ``floor``: PyArrow reads every data file (streaming) and writes the same rows as zstd Parquet
+     files rolled at 128 MiB, no Iceberg work;
+   - ``datafusion``: ``ctx.read_parquet(data_dir + "/").write_parquet(...)``, zstd level 1, default
+     session.
+
+3. Verifies every Iceberg case afterwards in another subprocess: row count and an order-independent
+   checksum of the live rows read by PyIceberg must equal the original's.
+
+Results go to ``--out/results-<stamp>.json`` and a Markdown table to ``--out/results-<stamp>.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import hashlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+MiB = 1024 * 1024
+TABLE = "bench.events"
+NAMESPACE = "bench"
+TARGET_FILE_SIZE = 128 * MiB
+MEMORY_LIMIT = 256 * MiB
+SORT_ORDER = "user_id ASC NULLS LAST, event_ts DESC NULLS LAST"
+CASES = ("binpack", "sort", "pyiceberg", "floor", "datafusion")
+ICEBERG_CASES = ("binpack", "sort", "pyiceberg")
+TARGETS = {"peak_rss_mib": 600}
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+#: Where the children import the package from: a snapshot taken at the start of the run (see --no-snapshot).
+CODE_ROOT_ENV = "ICEBERG_EXEC_BENCH_CODE_ROOT"
+
+# --------------------------------------------------------------------------------------------- data
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            pa.field("user_id", pa.int64()),
+            pa.field("quantity", pa.int32()),
+            pa.field("price", pa.float64()),
+            pa.field("amount", pa.decimal128(18, 2)),
+            pa.field("name", pa.string()),
+            pa.field("event_ts", pa.timestamp("us", tz="UTC")),
+            pa.field("event_date", pa.date32()),
+            pa.field("flag", pa.bool_()),
+        ]
+    )
+
+
+def _iceberg_schema() -> Any:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (
+        BooleanType,
+        DateType,
+        DecimalType,
+        DoubleType,
+        IntegerType,
+        LongType,
+        NestedField,
+        StringType,
+        TimestamptzType,
+    )
+
+    types = [
+        ("id", LongType(), True),
+        ("user_id", LongType(), False),
+        ("quantity", IntegerType(), False),
+        ("price", DoubleType(), False),
+        ("amount", DecimalType(18, 2), False),
+        ("name", StringType(), False),
+        ("event_ts", TimestamptzType(), False),
+        ("event_date", DateType(), False),
+        ("flag", BooleanType(), False),
+    ]
+    return Schema(
+        *(
+            NestedField(field_id=i, name=name, field_type=kind, required=required)
+            for i, (name, kind, required) in enumerate(types, start=1)
+        )
+    )
+
+
+_ALPHABET = b"abcdefghijklmnopqrstuvwxyz0123456789-_ "
+
+
+def make_batch(file_number: int, start: int, rows: int, seed: int) -> Any:
+    """The rows of one input file, deterministic in ``(seed, file_number)``; vectorized with numpy."""
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng([seed, file_number])
+    ids = np.arange(start, start + rows, dtype=np.int64)
+    user_id = rng.integers(0, 1_000_000, rows, dtype=np.int64)
+    quantity = rng.integers(0, 1000, rows, dtype=np.int32)
+    price = np.round(rng.lognormal(3.0, 1.0, rows), 2)
+    price[rng.random(rows) < 0.005] = np.nan
+    cents = rng.integers(-(10**9), 10**9, rows, dtype=np.int64)
+    decimal_words = np.empty((rows, 2), dtype=np.int64)
+    decimal_words[:, 0] = cents
+    decimal_words[:, 1] = cents >> 63  # sign extension: little-endian 128-bit two's complement
+    lengths = rng.integers(10, 31, rows, dtype=np.int32)
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    alphabet = np.frombuffer(_ALPHABET, dtype=np.uint8)
+    chars = alphabet[rng.integers(0, len(alphabet), int(offsets[-1]))]
+    epoch_2025_us = 1_735_689_600 * 1_000_000
+    event_ts = epoch_2025_us + rng.integers(0, 2 * 365 * 86_400 * 1_000_000, rows, dtype=np.int64)
+    event_date = (event_ts // (86_400 * 1_000_000)).astype(np.int32) - rng.integers(
+        0, 3, rows, dtype=np.int32
+    )
+    flag = rng.random(rows) < 0.3
+
+    def nulls(share: float) -> Any:
+        return rng.random(rows) < share
+
+    schema = _arrow_schema()
+    columns = [
+        pa.array(ids, pa.int64()),
+        pa.array(user_id, pa.int64(), mask=nulls(0.001)),
+        pa.array(quantity, pa.int32(), mask=nulls(0.01)),
+        pa.array(price, pa.float64(), mask=nulls(0.02)),
+        pa.Array.from_buffers(pa.decimal128(18, 2), rows, [None, pa.py_buffer(decimal_words.tobytes())]),
+        pa.StringArray.from_buffers(rows, pa.py_buffer(offsets.tobytes()), pa.py_buffer(chars.tobytes())),
+        pa.array(event_ts, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(event_date, pa.int32()).cast(pa.date32()),
+        pa.array(flag, pa.bool_(), mask=nulls(0.01)),
+    ]
+    # Some decimals and strings null too: rebuild them with a validity mask.
+    columns[4] = _with_nulls(columns[4], nulls(0.01))
+    columns[5] = _with_nulls(columns[5], nulls(0.01))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _with_nulls(array: Any, mask: Any) -> Any:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.if_else(pa.array(mask), pa.nulls(len(array), array.type), array)
+
+
+def _catalog(name: str, directory: str) -> Any:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    os.makedirs(directory, exist_ok=True)
+    return SqlCatalog(
+        name,
+        uri=f"sqlite:///{directory}/catalog.db",
+        warehouse=f"file://{directory}/warehouse",
+    )
+
+
+def generate(out: str, rows: int, files: int, seed: int) -> dict[str, Any]:
+    """Create the pristine fragmented table under ``out/pristine`` and describe it in ``dataset.json``."""
+    import itertools
+
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    pristine = os.path.join(out, "pristine")
+    if os.path.exists(pristine):
+        shutil.rmtree(pristine)
+    catalog = _catalog("pristine", pristine)
+    catalog.create_namespace_if_not_exists(NAMESPACE)
+    table = catalog.create_table(
+        TABLE,
+        schema=_iceberg_schema(),
+        properties={"write.target-file-size-bytes": str(TARGET_FILE_SIZE)},
+    )
+    started = time.monotonic()
+    counter = itertools.count(0)
+    write_uuid = uuid.uuid4()
+    data_files = []
+    per_file, extra = divmod(rows, files)
+    start = 0
+    for number in range(files):
+        count = per_file + (1 if number < extra else 0)
+        batch = make_batch(number, start, count, seed)
+        written = list(_dataframe_to_data_files(table.metadata, batch, table.io, write_uuid, counter))
+        if len(written) != 1:
+            raise RuntimeError(f"file {number} was written as {len(written)} files; expected one")
+        data_files.extend(written)
+        start += count
+        if (number + 1) % 50 == 0:
+            print(f"  generated {number + 1}/{files} files ({time.monotonic() - started:.0f}s)", flush=True)
+    with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
+        for data_file in data_files:
+            append.append_data_file(data_file)
+    table = catalog.load_table(TABLE)
+    snapshot = table.current_snapshot()
+    described = {
+        "rows": rows,
+        "files": files,
+        "seed": seed,
+        "metadata_location": table.metadata_location,
+        "data_dir": table.location().removeprefix("file://").rstrip("/") + "/data",
+        "table_location": table.location(),
+        "snapshot_id": snapshot.snapshot_id if snapshot else None,
+        "total_bytes": sum(f.file_size_in_bytes for f in data_files),
+        "generated_seconds": round(time.monotonic() - started, 1),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    described["files_on_disk"] = sorted(_walk(pristine))
+    return described
+
+
+def _walk(root: str) -> Iterator[str]:
+    for directory, _dirs, names in os.walk(root):
+        for name in names:
+            yield os.path.relpath(os.path.join(directory, name), root)
+
+
+def ensure_dataset(out: str, rows: int, files: int, seed: int) -> dict[str, Any]:
+    """The cached pristine table, generated (in a subprocess) when missing or of another shape."""
+    path = os.path.join(out, "dataset.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            described = json.load(f)
+        if (described["rows"], described["files"], described["seed"]) == (
+            rows,
+            files,
+            seed,
+        ) and os.path.exists(described["metadata_location"].removeprefix("file://")):
+            return dict(described)
+    print(f"generating {rows} rows in {files} files under {out}/pristine ...", flush=True)
+    result_path = os.path.join(out, "generate.json")
+    _run_child(
+        ["generate", "--rows", str(rows), "--files", str(files), "--seed", str(seed)], out, result_path
+    )
+    with open(result_path) as f:
+        described = json.load(f)
+    print("computing the original checksum ...", flush=True)
+    verify_path = os.path.join(out, "verify-pristine.json")
+    _run_child(["verify", "--metadata", described["metadata_location"]], out, verify_path)
+    with open(verify_path) as f:
+        described["checksum"] = json.load(f)
+    with open(path, "w") as f:
+        json.dump(described, f, indent=2)
+    return dict(described)
+
+
+# ----------------------------------------------------------------------------------------- checksum
+
+_U64 = (1 << 64) - 1
+_NULL = 0x9E3779B97F4A7C15
+_NAN = 0x7FF8000000000001
+
+
+def _mix(x: Any) -> Any:
+    """splitmix64's finalizer over a uint64 numpy array (wraps mod 2**64)."""
+    import numpy as np
+
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _column_words(array: Any) -> Any:
+    """One uint64 per row that identifies the value (nulls, NaN and -0.0 kept distinct)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = array.type
+    valid = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        words = _string_words(array.cast(pa.large_string()))
+    elif pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        words = _string_words(array.cast(pa.large_binary()))
+    elif pa.types.is_floating(kind):
+        values = pc.fill_null(array.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False)
+        words = np.where(np.isnan(values), np.uint64(_NAN), values.view(np.uint64))
+    elif pa.types.is_decimal(kind):
+        array = array.cast(pa.decimal128(38, kind.scale))
+        raw = np.frombuffer(array.buffers()[1], dtype=np.uint64)
+        pairs = raw[2 * array.offset : 2 * (array.offset + len(array))].reshape(-1, 2)
+        words = pairs[:, 0] ^ _mix(pairs[:, 1] + np.uint64(1))
+    elif pa.types.is_date32(kind):
+        words = pc.fill_null(array.cast(pa.int32()), 0).cast(pa.int64()).to_numpy().view(np.uint64)
+    elif pa.types.is_boolean(kind):
+        words = pc.fill_null(array, False).to_numpy(zero_copy_only=False).astype(np.uint64)
+    elif pa.types.is_temporal(kind) or pa.types.is_integer(kind):
+        words = pc.fill_null(array.cast(pa.int64()), 0).to_numpy().view(np.uint64)
+    else:
+        raise TypeError(f"checksum does not handle {kind}")
+    return np.where(valid, words, np.uint64(_NULL))
+
+
+def _string_words(array: Any) -> Any:
+    import numpy as np
+
+    count = len(array)
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + count + 1]
+    data = array.buffers()[2]
+    data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+    first, last = int(offsets[0]), int(offsets[-1])
+    data = data[first:last].astype(np.uint64)
+    starts = offsets[:-1] - first
+    lengths = np.diff(offsets)
+    position = np.arange(len(data), dtype=np.int64) - np.repeat(starts, lengths)
+    weights = _mix(np.arange(int(lengths.max(initial=0)) + 1, dtype=np.uint64) + np.uint64(12345))
+    contributions = (data + np.uint64(1)) * weights[position]
+    running = np.zeros(len(data) + 1, dtype=np.uint64)
+    np.cumsum(contributions, out=running[1:])
+    ends = starts + lengths
+    return running[ends] - running[starts] + lengths.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+
+
+def checksum_batches(batches: Iterable[Any]) -> tuple[int, str]:
+    """``(rows, checksum)``: the sum mod 2**64 of a per-row hash over every column, by column name."""
+    import numpy as np
+
+    rows, total = 0, 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        accumulator = np.zeros(batch.num_rows, dtype=np.uint64)
+        for position, name in enumerate(sorted(batch.schema.names)):
+            salt = np.uint64((position + 1) * 0x632BE59BD9B4E019 & _U64)
+            accumulator += _mix(_column_words(batch.column(name)) ^ salt)
+        total = (total + int(_mix(accumulator).sum(dtype=np.uint64))) & _U64
+        rows += batch.num_rows
+    return rows, f"{total:016x}"
+
+
+# ------------------------------------------------------------------------------------------ workers
+
+
+def _run_table(run_dir: str, metadata_location: str) -> Any:
+    """The pristine table registered into a fresh catalog whose new files all land under ``run_dir``."""
+    catalog = _catalog("run", run_dir)
+    catalog.create_namespace_if_not_exists(NAMESPACE)
+    table = catalog.register_table(TABLE, metadata_location)
+    with table.transaction() as tx:
+        tx.set_properties(
+            {
+                "write.data.path": f"file://{run_dir}/data",
+                "write.metadata.path": f"file://{run_dir}/metadata",
+            }
+        )
+    return catalog.load_table(TABLE)
+
+
+def _worker_engine(table: Any, strategy: str, run_dir: str) -> dict[str, Any]:
+    from airflow_provider_iceberg_exec.engine.compaction import (
+        commit_compaction,
+        execute_rewrite_task,
+        plan_compaction,
+    )
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+
+    limits = ResourceLimits(memory_limit_bytes=MEMORY_LIMIT, spill_dir=os.path.join(run_dir, "spill"))
+    options = {"target-file-size-bytes": str(TARGET_FILE_SIZE)}
+    t0 = time.monotonic()
+    plan = plan_compaction(
+        table, options=options, strategy=strategy, sort_order=SORT_ORDER if strategy == "sort" else None
+    )
+    t1 = time.monotonic()
+    results = [execute_rewrite_task(table, task, limits) for task in plan["tasks"]]
+    t2 = time.monotonic()
+    outcome = commit_compaction(table, results, commit_id=uuid.uuid4().hex)
+    t3 = time.monotonic()
+    return {
+        "seconds": t3 - t0,
+        "phases": {"plan": t1 - t0, "execute": t2 - t1, "commit": t3 - t2},
+        "groups": len(plan["tasks"]),
+        "rewritten_files": outcome["rewritten_data_files_count"],
+        "added_files": outcome["added_data_files_count"],
+        "engine_peak_rss_bytes": outcome["peak_rss_bytes"],
+        "spilled_bytes": outcome["spilled_bytes"],
+        "group_seconds": [r["elapsed_seconds"] for r in results],
+    }
+
+
+def _worker_pyiceberg(table: Any) -> dict[str, Any]:
+    t0 = time.monotonic()
+    data = table.scan().to_arrow()
+    t1 = time.monotonic()
+    table.overwrite(data)
+    t2 = time.monotonic()
+    return {
+        "seconds": t2 - t0,
+        "phases": {"scan_to_arrow": t1 - t0, "overwrite": t2 - t1},
+        "rows": data.num_rows,
+    }
+
+
+def _data_files_of(data_dir: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(data_dir, "*.parquet")))
+
+
+def _worker_floor(data_dir: str, run_dir: str, expected_rows: int) -> dict[str, Any]:
+    """PyArrow only: stream every file, buffer ~32 MiB per row group, roll zstd files at 128 MiB."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out_dir = os.path.join(run_dir, "floor")
+    os.makedirs(out_dir)
+    row_group_bytes = 32 * MiB
+    t0 = time.monotonic()
+    writer: Any = None
+    sink: Any = None
+    number, rows, buffered_bytes = 0, 0, 0
+    buffered: list[Any] = []
+    outputs: list[str] = []
+
+    def flush() -> None:
+        nonlocal writer, sink, number, buffered, buffered_bytes
+        if not buffered:
+            return
+        if writer is None:
+            number += 1
+            path = os.path.join(out_dir, f"part-{number:05d}.parquet")
+            outputs.append(path)
+            sink = pa.OSFile(path, "wb")
+            writer = pq.ParquetWriter(sink, buffered[0].schema, compression="zstd")
+        writer.write_table(pa.Table.from_batches(buffered))
+        buffered, buffered_bytes = [], 0
+        if sink.tell() >= TARGET_FILE_SIZE - row_group_bytes // 4:
+            writer.close()
+            sink.close()
+            writer = None
+
+    for path in _data_files_of(data_dir):
+        reader = pq.ParquetFile(path, pre_buffer=False)
+        for batch in reader.iter_batches(batch_size=65536, use_threads=False):
+            buffered.append(batch)
+            buffered_bytes += batch.nbytes
+            rows += batch.num_rows
+            if buffered_bytes >= row_group_bytes:
+                flush()
+    flush()
+    if writer is not None:
+        writer.close()
+        sink.close()
+    seconds = time.monotonic() - t0
+    if rows != expected_rows:
+        raise RuntimeError(f"floor read {rows} rows, expected {expected_rows}")
+    return {
+        "seconds": seconds,
+        "rows": rows,
+        "added_files": len(outputs),
+        "output_bytes": sum(os.path.getsize(p) for p in outputs),
+    }
+
+
+def _worker_datafusion(data_dir: str, run_dir: str) -> dict[str, Any]:
+    from datafusion import SessionContext
+
+    out_dir = os.path.join(run_dir, "datafusion")
+    t0 = time.monotonic()
+    ctx = SessionContext()
+    ctx.read_parquet(data_dir.rstrip("/") + "/").write_parquet(
+        out_dir, compression="zstd", compression_level=1
+    )
+    seconds = time.monotonic() - t0
+    outputs = _data_files_of(out_dir) if os.path.isdir(out_dir) else [out_dir]
+    return {
+        "seconds": seconds,
+        "added_files": len(outputs),
+        "output_bytes": sum(os.path.getsize(p) for p in outputs),
+    }
+
+
+def _unsorted_files(paths: Iterable[str]) -> list[str]:
+    """Data files whose rows do not follow SORT_ORDER (user_id ASC NULLS LAST, event_ts DESC NULLS LAST)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    bad = []
+    for path in paths:
+        data = pq.read_table(path.removeprefix("file://"), columns=["user_id", "event_ts"])
+        user = pc.fill_null(data.column("user_id"), np.iinfo(np.int64).max).to_numpy()
+        ts = pc.fill_null(data.column("event_ts").cast(pa.int64()), np.iinfo(np.int64).min).to_numpy()
+        ordered = (user[:-1] < user[1:]) | ((user[:-1] == user[1:]) & (ts[:-1] >= ts[1:]))
+        if not bool(ordered.all()):
+            bad.append(path)
+    return bad
+
+
+def verify(metadata_location: str, check_sorted: bool = False) -> dict[str, Any]:
+    """Row count, checksum and file layout of the table at ``metadata_location``, read by PyIceberg."""
+    from pyiceberg.table import StaticTable
+
+    table = StaticTable.from_metadata(metadata_location)
+    t0 = time.monotonic()
+    rows, checksum = checksum_batches(table.scan().to_arrow_batch_reader())
+    files = [task.file for task in table.scan().plan_files()]
+    snapshot = table.current_snapshot()
+    sizes = sorted(f.file_size_in_bytes for f in files)
+    return {
+        "rows": rows,
+        "checksum": checksum,
+        "data_files": len(files),
+        "file_sizes_mib": [round(s / MiB, 1) for s in sizes],
+        "total_bytes": sum(sizes),
+        "operation": snapshot.summary.operation.value if snapshot and snapshot.summary else None,
+        **({"unsorted_files": _unsorted_files(f.file_path for f in files)} if check_sorted else {}),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    """Body of a child process; its result goes to ``--result`` as JSON."""
+    if args.action == "generate":
+        return generate(args.out, args.rows, args.files, args.seed)
+    if args.action == "verify":
+        return verify(args.metadata, check_sorted=args.check_sorted)
+    with open(os.path.join(args.out, "dataset.json")) as f:
+        dataset = json.load(f)
+    run_dir = os.path.abspath(args.run_dir)
+    case = args.action
+    engine = _engine_digest()  # before anything is imported: the code this child runs
+    result = _run_worker_case(case, dataset, run_dir)
+    if _engine_digest() != engine:
+        result["engine_changed_during_run"] = True
+    if case in ("binpack", "sort"):
+        import airflow_provider_iceberg_exec
+
+        result["package_dir"] = os.path.dirname(os.path.abspath(airflow_provider_iceberg_exec.__file__))
+    return {**result, "engine_sha256": engine}
+
+
+def _run_worker_case(case: str, dataset: dict[str, Any], run_dir: str) -> dict[str, Any]:
+    if case in ICEBERG_CASES:
+        table = _run_table(run_dir, dataset["metadata_location"])
+        if case == "pyiceberg":
+            result = _worker_pyiceberg(table)
+        else:
+            result = _worker_engine(table, case, run_dir)
+        table.refresh()
+        result["metadata_location"] = table.metadata_location
+        return result
+    if case == "floor":
+        return _worker_floor(dataset["data_dir"], run_dir, dataset["rows"])
+    if case == "datafusion":
+        return _worker_datafusion(dataset["data_dir"], run_dir)
+    raise SystemExit(f"unknown case {case}")
+
+
+# ------------------------------------------------------------------------------------- orchestration
+
+
+def _run_child(argv: list[str], out: str, result_path: str, wrap: list[str] | None = None) -> dict[str, Any]:
+    """Run this script as a child; return wall seconds, the child's peak RSS and CPU seconds (``wait4``)."""
+    cmd = [
+        *(wrap or []),
+        sys.executable,
+        os.path.abspath(__file__),
+        "--out",
+        out,
+        "--result",
+        result_path,
+        *argv,
+    ]
+    if os.path.exists(result_path):
+        os.remove(result_path)
+    root = os.environ.get(CODE_ROOT_ENV, REPO)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env)
+    if wrap:
+        proc.wait()  # the profiler's child is not ours: RSS from its report is not comparable
+        usage = None
+    else:
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {argv[0]} failed with exit code {proc.returncode}")
+    return {
+        "process_seconds": wall,
+        "peak_rss_bytes": usage.ru_maxrss * 1024 if usage else None,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime if usage else None,
+    }
+
+
+def _warm(data_dir: str) -> None:
+    """Read every input file once so each case starts with the same (warm) page cache."""
+    for path in _data_files_of(data_dir):
+        with open(path, "rb") as f:
+            while f.read(16 * MiB):
+                pass
+
+
+def _sweep(dataset: dict[str, Any], out: str) -> list[str]:
+    """Remove files a run left in the pristine tree (it must write only under its run directory)."""
+    pristine = os.path.join(out, "pristine")
+    known = set(dataset["files_on_disk"])
+    stray = [p for p in _walk(pristine) if p not in known]
+    for path in stray:
+        os.remove(os.path.join(pristine, path))
+    return stray
+
+
+def run_case(
+    case: str, dataset: dict[str, Any], args: argparse.Namespace, stamp: str, repetition: int = 1
+) -> dict[str, Any]:
+    run_dir = os.path.join(os.path.abspath(args.out), "runs", f"{stamp}-{case}-{repetition}")
+    os.makedirs(run_dir)
+    _warm(dataset["data_dir"])
+    result_path = os.path.join(run_dir, "result.json")
+    load_before = os.getloadavg()[0]
+    wrap = None
+    if args.profile:
+        wrap = [args.py_spy, "record", "--format", "raw", "--rate", "50", "--subprocesses", "--native", "-o"]
+        wrap.append(os.path.join(os.path.abspath(args.out), f"profile-{stamp}-{case}-{repetition}.txt"))
+        wrap.append("--")
+    measured = _run_child([case, "--run-dir", run_dir], args.out, result_path, wrap)
+    with open(result_path) as f:
+        result = {"case": case, **json.load(f), **measured}
+    result["load_before"] = round(load_before, 2)
+    result["load_after"] = round(os.getloadavg()[0], 2)
+    stray = _sweep(dataset, args.out)
+    if stray:
+        result["stray_files_in_pristine_tree"] = stray
+    result["repetition"] = repetition
+    if case in ICEBERG_CASES and (repetition == 1 or args.verify_all):
+        verify_path = os.path.join(run_dir, "verify.json")
+        sorted_flag = ["--check-sorted"] if case == "sort" else []
+        _run_child(["verify", "--metadata", result["metadata_location"], *sorted_flag], args.out, verify_path)
+        with open(verify_path) as f:
+            checked = json.load(f)
+        original = dataset["checksum"]
+        checked["matches"] = (checked["rows"], checked["checksum"]) == (
+            original["rows"],
+            original["checksum"],
+        ) and not checked.get("unsorted_files")
+        result["verify"] = checked
+    if not args.keep:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+def _summarize(case: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case over its repetitions: median time and CPU, highest peak RSS, verification of every run."""
+    import statistics
+
+    summary = dict(runs[0])
+    summary["seconds"] = statistics.median(r["seconds"] for r in runs)
+    if all(r.get("cpu_seconds") is not None for r in runs):
+        summary["cpu_seconds"] = statistics.median(r["cpu_seconds"] for r in runs)
+    if all(r.get("peak_rss_bytes") for r in runs):
+        summary["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
+    summary["repetitions"] = len(runs)
+    summary["seconds_all"] = [round(r["seconds"], 1) for r in runs]
+    summary["load_all"] = [(r["load_before"], r["load_after"]) for r in runs]
+    checks = [r["verify"]["matches"] for r in runs if "verify" in r]
+    if checks:
+        summary["verify"] = {**runs[0]["verify"], "matches": all(checks), "verified_runs": len(checks)}
+    return summary
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    names = ("pyiceberg", "pyarrow", "datafusion", "numpy")
+    found = {name: version(name) for name in names}
+    found["python"] = platform.python_version()
+    try:
+        head = subprocess.run(
+            ["git", "--no-optional-locks", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [
+                "git",
+                "--no-optional-locks",
+                "status",
+                "--porcelain",
+                "--",
+                "airflow_provider_iceberg_exec/engine",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        found["commit"] = head + (" + uncommitted engine changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        found["commit"] = "unknown"
+    found["engine_sha256"] = _engine_digest()
+    return found
+
+
+def _engine_digest() -> str:
+    """A digest of the engine's sources as they are now (others may edit them between cases)."""
+    digest = hashlib.sha256()
+    root = os.environ.get(CODE_ROOT_ENV, REPO)
+    for path in sorted(glob.glob(os.path.join(root, "airflow_provider_iceberg_exec", "engine", "*.py"))):
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:12]
+
+
+def _machine() -> dict[str, Any]:
+    memory = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                memory = int(line.split()[1]) * 1024
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gib": round(memory / 2**30, 1),
+        "cpu": cpu,
+        "kernel": platform.release(),
+    }
+
+
+def _fmt_ratio(value: float | None, base: float | None) -> str:
+    if not value or not base:
+        return "-"
+    return f"{value / base:.2f}x"
+
+
+def render(report: dict[str, Any]) -> str:
+    """The Markdown table of one run."""
+    results = {r["case"]: r for r in report["results"]}
+    py = results.get("pyiceberg", {})
+    floor = results.get("floor", {})
+    labels = {
+        "binpack": "iceberg-exec binpack (256 MiB limit)",
+        "sort": "iceberg-exec sort (256 MiB limit)",
+        "pyiceberg": "PyIceberg scan().to_arrow() + overwrite",
+        "floor": "floor: PyArrow read + write",
+        "datafusion": "DataFusion read_parquet + write_parquet",
+    }
+    lines = [
+        "| case | time (s; median (runs)) | peak RSS (MiB) | CPU (s) | time vs PyIceberg | RSS vs PyIceberg "
+        "| time vs floor | RSS vs floor | output files | rows + checksum | load avg |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for case in CASES:
+        r = results.get(case)
+        if r is None:
+            continue
+        rss = r["peak_rss_bytes"] / MiB if r.get("peak_rss_bytes") else None
+        py_rss = py["peak_rss_bytes"] / MiB if py.get("peak_rss_bytes") else None
+        floor_rss = floor["peak_rss_bytes"] / MiB if floor.get("peak_rss_bytes") else None
+        check = "-"
+        if "verify" in r:
+            check = "match" if r["verify"]["matches"] else "**MISMATCH**"
+            if "unsorted_files" in r["verify"]:
+                check += ", files sorted" if not r["verify"]["unsorted_files"] else ", **files unsorted**"
+        files = r["verify"]["data_files"] if "verify" in r else r.get("added_files", "-")
+        lines.append(
+            f"| {labels[case]} | {_times(r)} | {rss:.0f} | {r['cpu_seconds']:.1f} "
+            f"| {_fmt_ratio(r['seconds'], py.get('seconds'))} | {_fmt_ratio(rss, py_rss)} "
+            f"| {_fmt_ratio(r['seconds'], floor.get('seconds'))} | {_fmt_ratio(rss, floor_rss)} "
+            f"| {files} | {check} | {_loads(r)} |"
+        )
+    return "\n".join(lines)
+
+
+def _times(result: dict[str, Any]) -> str:
+    every = result.get("seconds_all") or []
+    if len(every) > 1:
+        return f"{result['seconds']:.1f} ({', '.join(f'{t:.1f}' for t in every)})"
+    return f"{result['seconds']:.1f}"
+
+
+def _loads(result: dict[str, Any]) -> str:
+    pairs = result.get("load_all") or [(result["load_before"], result["load_after"])]
+    return ", ".join(f"{a:.1f}→{b:.1f}" for a, b in pairs)
+
+
+def _targets(report: dict[str, Any]) -> list[str]:
+    results = {r["case"]: r for r in report["results"]}
+    verdicts = []
+    for case in ("binpack", "sort"):
+        if case in results:
+            rss = results[case]["peak_rss_bytes"] / MiB
+            ok = rss <= TARGETS["peak_rss_mib"]
+            verdicts.append(
+                f"{case} peak RSS {rss:.0f} MiB <= {TARGETS['peak_rss_mib']} MiB: {'met' if ok else 'MISSED'}"
+            )
+    if "binpack" in results and "pyiceberg" in results:
+        mine, theirs = results["binpack"]["seconds"], results["pyiceberg"]["seconds"]
+        verdicts.append(
+            f"binpack time {mine:.1f} s <= PyIceberg {theirs:.1f} s: {'met' if mine <= theirs else 'MISSED'}"
+            f" (half of PyIceberg: {'met' if mine <= theirs / 2 else 'not yet'})"
+        )
+    return verdicts
+
+
+def orchestrate(args: argparse.Namespace) -> int:
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    dataset = ensure_dataset(out, args.rows, args.files, args.seed)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if not args.no_snapshot:
+        # Others may edit the package while the cases run: every child imports this copy of it.
+        snapshot = os.path.join(out, "code", stamp)
+        shutil.copytree(
+            os.path.join(REPO, "airflow_provider_iceberg_exec"),
+            os.path.join(snapshot, "airflow_provider_iceberg_exec"),
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        os.environ[CODE_ROOT_ENV] = snapshot
+    report: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "machine": _machine(),
+        "versions": _versions(),
+        "dataset": {k: v for k, v in dataset.items() if k != "files_on_disk"},
+        "settings": {
+            "memory_limit_bytes": MEMORY_LIMIT,
+            "target_file_size_bytes": TARGET_FILE_SIZE,
+            "sort_order": SORT_ORDER,
+        },
+        "results": [],
+    }
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    for case in cases:
+        if case not in CASES:
+            raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")
+    runs: list[dict[str, Any]] = []
+    for repetition in range(1, args.repeat + 1):
+        # Round robin, so that a change in the machine's load affects every case alike.
+        for case in cases:
+            print(f"running {case} ({repetition}/{args.repeat}) ...", flush=True)
+            result = run_case(case, dataset, args, stamp, repetition)
+            runs.append(result)
+            rss = (
+                f"{result['peak_rss_bytes'] / MiB:.0f} MiB"
+                if result.get("peak_rss_bytes")
+                else "n/a (profiled)"
+            )
+            check = ""
+            if "verify" in result:
+                check = ", checksum " + ("matches" if result["verify"]["matches"] else "MISMATCH")
+            print(
+                f"  {case}: {result['seconds']:.1f} s, peak RSS {rss}, "
+                f"CPU {result['cpu_seconds'] or 0:.1f} s, "
+                f"load {result['load_before']}->{result['load_after']}{check}",
+                flush=True,
+            )
+    report["runs"] = runs
+    report["results"] = [_summarize(case, [r for r in runs if r["case"] == case]) for case in cases]
+    report["targets"] = _targets(report) if not args.profile else []
+    engines = {
+        r["case"]: sorted({x.get("engine_sha256", "?") for x in runs if x["case"] == r["case"]}) for r in runs
+    }
+    changed = sorted({r["case"] for r in runs if r.get("engine_changed_during_run")})
+    if (
+        any(len(v) > 1 for v in engines.values())
+        or len({d for v in engines.values() for d in v}) > 1
+        or changed
+    ):
+        report["targets"].append(
+            "engine sources changed during the run: "
+            + "; ".join(f"{case} {', '.join(v)}" for case, v in engines.items())
+            + (f"; changed while running: {', '.join(changed)}" if changed else "")
+        )
+    with open(os.path.join(out, f"results-{stamp}.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    if not args.profile:
+        table = render(report)
+        with open(os.path.join(out, f"results-{stamp}.md"), "w") as f:
+            f.write(table + "\n\n" + "\n".join(f"- {v}" for v in report["targets"]) + "\n")
+        print()
+        print(table)
+        print()
+        print("\n".join(report["targets"]))
+    print(f"\nresults: {out}/results-{stamp}.json")
+    failed = [r["case"] for r in report["results"] if "verify" in r and not r["verify"]["matches"]]
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=20_000_000)
+    parser.add_argument("--files", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--out", default=os.path.join(HERE, "out"), help="cache and results (default bench/out)"
+    )
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
+    parser.add_argument("--repeat", type=int, default=1, help="run every case N times, round robin")
+    parser.add_argument(
+        "--verify-all", action="store_true", help="verify every repetition, not just the first"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep each run's catalog and files")
+    parser.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="import the package from the work tree as it is when each case starts (default: a copy taken "
+        "at the start, under --out/code/<stamp>)",
+    )
+    parser.add_argument("--profile", action="store_true", help="run each case under py-spy (no RSS figures)")
+    parser.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy", help="the py-spy executable")
+    # Child-process arguments.
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--metadata", help=argparse.SUPPRESS)
+    parser.add_argument("--check-sorted", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("action", nargs="?", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.action is None:
+        return orchestrate(args)
+    result = worker(args)
+    with open(args.result, "w") as f:
+        json.dump(result, f, indent=2, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
