@@ -111,7 +111,7 @@ class CompactionPlanOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
         from airflow_provider_iceberg_exec.engine.compaction import plan_compaction
-        from airflow_provider_iceberg_exec.engine.payloads import count_files, offload_payload
+        from airflow_provider_iceberg_exec.engine.payloads import count_files
 
         threshold = _threshold(self.payload_file_threshold)
         with engine_errors():
@@ -149,32 +149,7 @@ class CompactionPlanOperator(BaseOperator):
                 plan.get("base_snapshot_id"),
                 len(skipped),
             )
-            if files <= threshold:
-                return tasks
-            location = table.location()
-            staged = [
-                offload_payload(
-                    table.io,
-                    location,
-                    task,
-                    name=payload_name(
-                        context,
-                        task_id=self.task_id,
-                        dag_id=self.dag_id,
-                        part=f"group-{task.get('group_id', index)}",
-                    ),
-                    threshold=0,
-                )
-                for index, task in enumerate(tasks)
-            ]
-            self.log.info(
-                "Staged %s task specs (%s files > threshold %s) under %s",
-                len(staged),
-                files,
-                threshold,
-                location,
-            )
-            return staged
+            return stage_task_specs(self, context, table, tasks, threshold=threshold, part_prefix="group-")
 
 
 class BoundedRewriteOperator(BaseOperator):
@@ -417,6 +392,47 @@ class CompactionOperator(BaseOperator):
         log_commit_result(self, result)
         emit_table_asset(self, context, catalog=self.hook.catalog_name, table=self.table, result=result)
         return result
+
+
+def stage_task_specs(
+    operator: BaseOperator,
+    context: Context,
+    table: Any,
+    tasks: list[dict[str, Any]],
+    *,
+    threshold: int,
+    part_prefix: str,
+) -> list[dict[str, Any]]:
+    """Return ``tasks`` as they are, or, past ``threshold`` files in all, each staged in its own file.
+
+    A staged spec is a small reference document; the rewrite task resolves it. Files are named after
+    ``part_prefix`` and the spec's ``group_id`` (or ``task_id``, or its index).
+    """
+    from airflow_provider_iceberg_exec.engine.payloads import count_files, offload_payload
+
+    files = count_files(tasks)
+    if files <= threshold:
+        return tasks
+    location = table.location()
+    staged = [
+        offload_payload(
+            table.io,
+            location,
+            task,
+            name=payload_name(
+                context,
+                task_id=operator.task_id,
+                dag_id=operator.dag_id,
+                part=f"{part_prefix}{task.get('group_id', task.get('task_id', index))}",
+            ),
+            threshold=0,
+        )
+        for index, task in enumerate(tasks)
+    ]
+    operator.log.info(
+        "Staged %s task specs (%s files > threshold %s) under %s", len(staged), files, threshold, location
+    )
+    return staged
 
 
 def _threshold(value: int | None) -> int:

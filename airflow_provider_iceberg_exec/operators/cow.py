@@ -31,12 +31,12 @@ from airflow_provider_iceberg_exec.operators._common import (
     engine_errors,
     normalize_options,
     optional_text,
-    payload_name,
 )
 from airflow_provider_iceberg_exec.operators.compaction import (
     BoundedRewriteOperator,
     _task_bytes,
     _threshold,
+    stage_task_specs,
 )
 
 if TYPE_CHECKING:
@@ -143,7 +143,6 @@ class CowPlanOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the task specs (JSON), possibly staged; ``[]`` when no row can match."""
         from airflow_provider_iceberg_exec.engine.cow import DEFAULT_TASK_SIZE_BYTES, plan_cow_rewrite
-        from airflow_provider_iceberg_exec.engine.payloads import count_files, offload_payload
 
         threshold = _threshold(self.payload_file_threshold)
         with engine_errors():
@@ -169,7 +168,6 @@ class CowPlanOperator(BaseOperator):
                     plan.get("where"),
                 )
                 return []
-            files = count_files(tasks)
             self.log.info(
                 "Planned %s of %s at snapshot %s (%s isolation) where %s: %s tasks over %s data files "
                 "(%s bytes to read, %s removed without reading) and %s files to load",
@@ -184,26 +182,7 @@ class CowPlanOperator(BaseOperator):
                 plan.get("dropped_without_reading_count"),
                 plan.get("source_files_count"),
             )
-            if files <= threshold:
-                return tasks
-            location = table.location()
-            staged = [
-                offload_payload(
-                    table.io,
-                    location,
-                    task,
-                    name=payload_name(
-                        context,
-                        task_id=self.task_id,
-                        dag_id=self.dag_id,
-                        part=f"cow-task-{task.get('task_id', index)}",
-                    ),
-                    threshold=0,
-                )
-                for index, task in enumerate(tasks)
-            ]
-            self.log.info("Staged %s task specs (%s files > threshold %s)", len(staged), files, threshold)
-            return staged
+            return stage_task_specs(self, context, table, tasks, threshold=threshold, part_prefix="cow-task-")
 
 
 class CowRewriteOperator(BoundedRewriteOperator):
