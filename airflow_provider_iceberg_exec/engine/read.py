@@ -12,8 +12,10 @@ joining -- over a staged copy, not the scan of the inputs (docs/adr/0001-reading
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
 
@@ -25,11 +27,15 @@ if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table.name_mapping import NameMapping
 
-__all__ = ["iter_data_file_batches", "iter_group_batches"]
+__all__ = ["iter_data_file_batches", "iter_group_batches", "read_ahead"]
 
 log = logging.getLogger(__name__)
 
 _READ_BUFFER_BYTES = 1 << 20
+#: How often a blocked producer checks whether its consumer went away.
+_POLL_SECONDS = 0.1
+
+T = TypeVar("T")
 
 
 def iter_data_file_batches(
@@ -138,3 +144,59 @@ def iter_group_batches(
             format_version=format_version,
             batch_size=batch_size,
         )
+
+
+class _Raised:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()
+
+
+def read_ahead(items: Iterator[T], depth: int) -> Iterator[T]:
+    """Yield ``items`` while a background thread produces up to ``depth`` of them ahead.
+
+    Decoding Parquet and encoding it release the GIL, so reading the next batches on a second thread
+    while the caller writes keeps two cores busy; memory grows by at most ``depth`` batches. An error in
+    the producer is raised in the caller. Close the returned generator (``contextlib.closing``) when
+    stopping early: that stops and joins the producer, which closes ``items`` on its own thread.
+    """
+    slots: queue.Queue[object] = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def offer(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=_POLL_SECONDS)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not offer(item):
+                    return
+            offer(_DONE)
+        except BaseException as err:  # handed to the consumer, which raises it
+            offer(_Raised(err))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=produce, name="iceberg-exec-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = slots.get()
+            if item is _DONE:
+                return
+            if isinstance(item, _Raised):
+                raise item.error
+            yield cast(T, item)
+    finally:
+        stop.set()
+        worker.join()

@@ -1,0 +1,69 @@
+"""read_ahead: the same items in the same order, errors raised in the caller, a bounded lead, and a
+producer that stops (and closes its source) when the caller stops early."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import closing
+
+import pytest
+
+from airflow_provider_iceberg_exec.engine.read import read_ahead
+
+
+def test_yields_every_item_in_order() -> None:
+    assert list(read_ahead(iter(range(1000)), depth=3)) == list(range(1000))
+    assert list(read_ahead(iter([]), depth=3)) == []
+
+
+def test_producer_error_is_raised_in_the_caller_after_the_items_before_it() -> None:
+    def failing() -> Iterator[int]:
+        yield 1
+        yield 2
+        raise ValueError("corrupt file")
+
+    seen: list[int] = []
+    with pytest.raises(ValueError, match="corrupt file"):
+        for item in read_ahead(failing(), depth=2):
+            seen.append(item)
+    assert seen == [1, 2]
+
+
+def test_the_producer_stays_at_most_depth_items_ahead() -> None:
+    produced = 0
+    lead: list[int] = []
+
+    def counting() -> Iterator[int]:
+        nonlocal produced
+        for i in range(200):
+            produced += 1
+            yield i
+
+    consumed = 0
+    for _ in read_ahead(counting(), depth=4):
+        consumed += 1
+        lead.append(produced - consumed)
+    # Queue of 4, plus the one the producer holds while waiting for a slot.
+    assert max(lead) <= 5
+
+
+def test_closing_early_stops_the_producer_and_closes_the_source() -> None:
+    closed = threading.Event()
+    produced = 0
+
+    def endless() -> Iterator[int]:
+        nonlocal produced
+        try:
+            while True:
+                produced += 1
+                yield produced
+        finally:
+            closed.set()
+
+    with closing(read_ahead(endless(), depth=2)) as items:
+        assert next(items) == 1
+        assert next(items) == 2
+    assert closed.is_set()
+    assert produced <= 5
+    assert not [t for t in threading.enumerate() if t.name == "iceberg-exec-read-ahead"]
