@@ -50,6 +50,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     DataFileReadError,
     IcebergExecError,
 )
-from airflow_provider_iceberg_exec.engine.read import iter_data_file_batches
+from airflow_provider_iceberg_exec.engine.read import iter_data_file_batches, read_ahead
 from airflow_provider_iceberg_exec.engine.scan import ScannedFile, parse_where, scan_data_files
 from airflow_provider_iceberg_exec.engine.session import build_session, track_resources
 from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter, _column
@@ -1095,7 +1096,7 @@ class _Run:
         rewrite = self._triage(entry, scanned, outcome)
         if rewrite is not None:
             # Read and filter on one thread, encode and write on this one: the two overlap.
-            with _Prefetched(rewrite(), depth=2) as batches:
+            with closing(read_ahead(rewrite(), depth=2)) as batches:
                 added = self._write(batches, sort_order_id=self._kept_sort_order(scanned))
             outcome.added.extend(added)
         return outcome
@@ -1266,68 +1267,6 @@ class _Run:
             for partition_key, run in splitter.split(batch):
                 writer.write(partition_key, run)
         return writer.close()
-
-
-class _Prefetched:
-    """Run an iterator on a background thread, ``depth`` items ahead of its consumer.
-
-    The consumer's ``with`` block ending (normally or by an error) stops the producer and waits for it;
-    an error in the producer is raised in the consumer.
-    """
-
-    _DONE = object()
-
-    def __init__(self, items: Iterator[Any], *, depth: int) -> None:
-        import queue
-
-        self._items = items
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._produce, name="iceberg-exec-read", daemon=True)
-
-    def _produce(self) -> None:
-        import queue
-
-        try:
-            for item in self._items:
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
-                    return
-        except BaseException as err:  # handed to the consumer
-            self._error = err
-        finally:
-            close = getattr(self._items, "close", None)
-            if close is not None and self._stop.is_set():
-                close()
-            while not self._stop.is_set():
-                try:
-                    self._queue.put(self._DONE, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-
-    def __enter__(self) -> Iterator[Any]:
-        self._thread.start()
-        return self._consume()
-
-    def _consume(self) -> Iterator[Any]:
-        while True:
-            item = self._queue.get()
-            if item is self._DONE:
-                if self._error is not None:
-                    raise self._error
-                return
-            yield item
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _workers(limits: ResourceLimits) -> int:

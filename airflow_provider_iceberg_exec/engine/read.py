@@ -27,11 +27,13 @@ if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table.name_mapping import NameMapping
 
-__all__ = ["iter_data_file_batches", "iter_group_batches", "read_ahead"]
+__all__ = ["READ_AHEAD_BATCHES", "iter_data_file_batches", "iter_group_batches", "read_ahead"]
 
 log = logging.getLogger(__name__)
 
 _READ_BUFFER_BYTES = 1 << 20
+#: Batches a rewrite reads ahead of its writer: a few MB at the default batch size.
+READ_AHEAD_BATCHES = 8
 #: How often a blocked producer checks whether its consumer went away.
 _POLL_SECONDS = 0.1
 

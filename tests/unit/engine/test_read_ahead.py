@@ -23,11 +23,10 @@ def test_producer_error_is_raised_in_the_caller_after_the_items_before_it() -> N
         yield 2
         raise ValueError("corrupt file")
 
-    seen: list[int] = []
+    items = read_ahead(failing(), depth=2)
+    assert [next(items), next(items)] == [1, 2]
     with pytest.raises(ValueError, match="corrupt file"):
-        for item in read_ahead(failing(), depth=2):
-            seen.append(item)
-    assert seen == [1, 2]
+        next(items)
 
 
 def test_the_producer_stays_at_most_depth_items_ahead() -> None:
@@ -40,9 +39,7 @@ def test_the_producer_stays_at_most_depth_items_ahead() -> None:
             produced += 1
             yield i
 
-    consumed = 0
-    for _ in read_ahead(counting(), depth=4):
-        consumed += 1
+    for consumed, _ in enumerate(read_ahead(counting(), depth=4), start=1):
         lead.append(produced - consumed)
     # Queue of 4, plus the one the producer holds while waiting for a slot.
     assert max(lead) <= 5
