@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
@@ -156,7 +156,7 @@ class _Raised:
 _DONE = object()
 
 
-def read_ahead(items: Iterator[T], depth: int) -> Iterator[T]:
+def read_ahead(items: Iterator[T], depth: int) -> Generator[T, None, None]:
     """Yield ``items`` while a background thread produces up to ``depth`` of them ahead.
 
     Decoding Parquet and encoding it release the GIL, so reading the next batches on a second thread
