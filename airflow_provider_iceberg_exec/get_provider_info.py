@@ -19,8 +19,9 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "airflow-provider-iceberg-exec",
         "name": "Apache Iceberg maintenance (iceberg-exec)",
         "description": (
-            "Maintains Apache Iceberg tables (compaction and the commit of rewritten files) with "
-            "bounded-memory Apache DataFusion executions inside Airflow tasks."
+            "Maintains Apache Iceberg tables (compaction, copy-on-write deletes, equality-delete "
+            "resolution, orphan removal, snapshot expiry) with bounded-memory Apache DataFusion "
+            "executions inside Airflow tasks."
         ),
         "versions": [__version__],
         "integrations": [
@@ -44,6 +45,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_iceberg_exec.operators.commit",
                     "airflow_provider_iceberg_exec.operators.cow",
                     "airflow_provider_iceberg_exec.operators.maintenance",
+                    "airflow_provider_iceberg_exec.operators.resolve",
                 ],
             }
         ],

@@ -4,6 +4,10 @@
 
     with DAG(...):
         health >> compaction_task_group(table="db.events", memory_limit="1GiB")
+
+With ``only_files_with_equality_deletes=True`` the same three tasks resolve equality deletes: the plan
+selects only the data files equality deletes apply to, each rewritten with its deletes applied
+(``rewrite-all``), and the commit drops the equality deletes that then apply to no live file.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ def compaction_task_group(
     quiet_period_seconds: float | str = 0.0,
     commit_retries: int = 3,
     payload_file_threshold: int | None = None,
+    only_files_with_equality_deletes: bool = False,
     tooltip: str = "Plan, rewrite each file group (mapped), commit once",
 ) -> TaskGroup:
     """Build the three-task compaction in a task group: ``plan``, ``rewrite`` (mapped), ``commit``.
@@ -71,6 +76,8 @@ def compaction_task_group(
     :param quiet_period_seconds: see :class:`~airflow_provider_iceberg_exec.operators.commit.CommitOperator`.
     :param commit_retries: retries of the commit on conflicts (exponential backoff).
     :param payload_file_threshold: above this many files payloads are staged in files.
+    :param only_files_with_equality_deletes: resolve equality deletes instead of compacting: see
+        :class:`~airflow_provider_iceberg_exec.operators.compaction.CompactionPlanOperator`.
     :param tooltip: the task group's tooltip.
     """
     from airflow_provider_iceberg_exec.operators.commit import CommitOperator
@@ -90,6 +97,7 @@ def compaction_task_group(
             branch=branch,
             iceberg_exec_conn_id=iceberg_exec_conn_id,
             payload_file_threshold=payload_file_threshold,
+            only_files_with_equality_deletes=only_files_with_equality_deletes,
         )
         rewrite_kwargs: dict[str, Any] = {}
         if max_active_rewrites is not None:

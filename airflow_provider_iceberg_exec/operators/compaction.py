@@ -9,6 +9,11 @@ Three tasks for tables of any size, wired by
 
 and :class:`CompactionOperator`, one task that plans, rewrites and commits, for small tables.
 
+Equality-delete resolution is the same flow restricted to the data files equality deletes apply to:
+``CompactionPlanOperator(..., only_files_with_equality_deletes=True)`` (or
+``compaction_task_group(..., only_files_with_equality_deletes=True)``) for large tables, and
+:class:`~airflow_provider_iceberg_exec.operators.resolve.ResolveEqualityDeletesOperator` in one task.
+
 The operators only render templates, build the engine's arguments, call the engine and return its JSON;
 the engine (``airflow_provider_iceberg_exec.engine.compaction``) is imported inside ``execute()`` so that
 parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
@@ -66,6 +71,10 @@ class CompactionPlanOperator(BaseOperator):
     :param iceberg_exec_conn_id: the ``iceberg_exec`` connection of the catalog (templated).
     :param payload_file_threshold: above this many files the specs are staged in files; default
         ``[iceberg_exec] payload_file_threshold``.
+    :param only_files_with_equality_deletes: plan equality-delete resolution instead: only the data files
+        that equality deletes apply to, every one of them rewritten (``rewrite-all``), as
+        :class:`~airflow_provider_iceberg_exec.operators.resolve.ResolveEqualityDeletesOperator` does in
+        one task; the equality deletes that then apply to no live file are dropped by the commit.
     """
 
     template_fields: Sequence[str] = (
@@ -91,6 +100,7 @@ class CompactionPlanOperator(BaseOperator):
         branch: str = "main",
         iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
         payload_file_threshold: int | None = None,
+        only_files_with_equality_deletes: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -102,6 +112,7 @@ class CompactionPlanOperator(BaseOperator):
         self.branch = branch
         self.iceberg_exec_conn_id = iceberg_exec_conn_id
         self.payload_file_threshold = payload_file_threshold
+        self.only_files_with_equality_deletes = only_files_with_equality_deletes
 
     @cached_property
     def hook(self) -> IcebergExecHook:
@@ -114,25 +125,31 @@ class CompactionPlanOperator(BaseOperator):
         from airflow_provider_iceberg_exec.engine.payloads import count_files
 
         threshold = _threshold(self.payload_file_threshold)
+        resolving = bool(self.only_files_with_equality_deletes)
         with engine_errors():
+            options = normalize_options(self.options)
+            if resolving:
+                options["rewrite-all"] = "true"  # what the engine's resolve_equality_deletes does
             table = self.hook.load_table(self.table)
             plan = plan_compaction(
                 table,
                 where=optional_text(self.where),
-                options=normalize_options(self.options),
+                options=options,
                 strategy=optional_text(self.strategy) or "binpack",
                 sort_order=optional_text(self.sort_order),
                 branch=optional_text(self.branch) or "main",
+                only_files_with_equality_deletes=resolving,
             )
             tasks: list[dict[str, Any]] = list(plan.get("tasks", []))
             skipped = plan.get("skipped", [])
             if not tasks:
                 self.log.info(
-                    "Nothing to compact in %s (branch %s, snapshot %s): no file group qualifies; "
+                    "Nothing to compact in %s (branch %s, snapshot %s): no file group qualifies%s; "
                     "%s files skipped",
                     self.table,
                     plan.get("branch"),
                     plan.get("base_snapshot_id"),
+                    " (no data file has equality deletes)" if resolving else "",
                     len(skipped),
                 )
                 return []

@@ -65,6 +65,7 @@ def test_dagbag_loads_every_example_without_import_errors(airflow_db):
     assert {
         "iceberg_exec_backfill",
         "iceberg_exec_on_demand",
+        "iceberg_exec_resolve_equality_deletes",
         "iceberg_exec_scheduled_maintenance",
     } <= set(bag.dag_ids)
     assert len(bag.dag_ids) == len(list(DAGS_FOLDER.glob("example_*.py")))
@@ -145,3 +146,32 @@ def test_backfill_dag_compacts_the_data_interval(airflow_db, demo_table):
     )
     assert demo_table.refresh().current_snapshot().summary.operation.value == "replace"
     assert live_checksum(demo_table) == before_rows
+
+
+def test_resolve_equality_deletes_dag_removes_them_and_keeps_the_live_rows(airflow_db, demo_table):
+    """Plan (only files equality deletes apply to) >> one mapped rewrite per partition >> one commit."""
+    from tests.system.equality_support import (
+        add_flink_style_equality_deletes,
+        data_files_by_region,
+        live_delete_files,
+    )
+
+    expected = add_flink_style_equality_deletes(demo_table)
+    assert live_delete_files(demo_table) == 2
+    with pytest.raises(ValueError, match="equality deletes"):
+        live_checksum(demo_table)  # PyIceberg cannot read the table yet
+    untouched = data_files_by_region(demo_table)["apac"]
+    events_before = _asset_events("iceberg://demo/demo/events")
+
+    run = _load_dag("example_iceberg_resolve_equality_deletes").test(
+        run_conf={"table": TABLE, "memory_limit": "128MiB"}
+    )
+
+    states = _ti_states(run)
+    assert str(run.state) == "success", states
+    assert {states["resolve.rewrite[0]"], states["resolve.rewrite[1]"]} == {"success"}  # eu and us
+    assert live_delete_files(demo_table) == 0
+    assert live_checksum(demo_table) == expected
+    assert data_files_by_region(demo_table)["apac"] == untouched
+    assert demo_table.current_snapshot().summary.operation.value == "replace"
+    assert _asset_events("iceberg://demo/demo/events") == events_before + 1

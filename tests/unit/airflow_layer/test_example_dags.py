@@ -50,8 +50,15 @@ COMPACTION_DAGS = {
 }
 
 
+RESOLVE_DAG = "example_iceberg_resolve_equality_deletes.py"
+
+
 def test_the_compaction_examples_exist():
-    assert {p.name for p in DAGS} >= COMPACTION_DAGS
+    assert {p.name for p in DAGS} >= {*COMPACTION_DAGS, RESOLVE_DAG}
+
+
+def test_the_resolution_example_is_the_mapped_plan_rewrite_commit(parse_reports):
+    assert {"resolve.plan", "resolve.rewrite", "resolve.commit"} <= set(parse_reports[RESOLVE_DAG]["tasks"])
 
 
 @pytest.mark.parametrize("path", DAGS, ids=lambda p: p.stem)

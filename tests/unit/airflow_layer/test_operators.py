@@ -187,6 +187,7 @@ def test_plan_passes_rendered_arguments_to_the_engine(engine_compaction, sqlite_
         "strategy": "sort",
         "sort_order": None,
         "branch": "main",
+        "only_files_with_equality_deletes": False,
     }
 
 

@@ -46,3 +46,13 @@ def test_pool_and_limits_can_be_set(monkeypatch):
     commit = dag.task_dict["compaction.commit"]
     assert commit.retries == 5
     assert commit.quiet_period_seconds == 60
+
+
+def test_group_resolves_equality_deletes_through_the_plan():
+    """The mapped path of equality-delete resolution: the same three tasks, the plan restricted."""
+    dag, group = _build(group_id="resolve", only_files_with_equality_deletes=True)
+    assert group.group_id == "resolve"
+    assert dag.task_dict["resolve.plan"].only_files_with_equality_deletes is True
+    assert {"resolve.rewrite", "resolve.commit"} <= set(dag.task_dict)
+    default, _ = _build()
+    assert default.task_dict["compaction.plan"].only_files_with_equality_deletes is False

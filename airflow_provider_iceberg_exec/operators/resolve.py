@@ -1,0 +1,158 @@
+"""Equality-delete resolution as an Airflow task.
+
+Tables written by Flink (or any merge-on-read writer) accumulate equality delete files, which every reader
+must apply with an anti-join and which PyIceberg 0.12 cannot read at all. Resolving them rewrites every
+data file that an equality delete applies to, with the deletes applied, in one ``replace`` snapshot that
+also drops the equality deletes that then apply to no live file. It is a compaction restricted to those
+files, with ``rewrite-all``:
+
+- :class:`ResolveEqualityDeletesOperator`: plan, rewrite and commit in one task (small and medium tables);
+- for large tables, the mapped three-task form: ``compaction_task_group(...,
+  only_files_with_equality_deletes=True)``, i.e.
+  ``CompactionPlanOperator(..., only_files_with_equality_deletes=True)`` >> mapped
+  ``CompactionRewriteOperator`` >> ``CommitOperator``.
+
+The engine (``airflow_provider_iceberg_exec.engine.resolve``) is imported inside ``execute()`` so that
+parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_iceberg_exec import settings
+from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
+from airflow_provider_iceberg_exec.operators._common import (
+    ASSET_ALIAS,
+    commit_id_from_context,
+    engine_errors,
+    normalize_options,
+    optional_text,
+    with_asset_alias,
+)
+from airflow_provider_iceberg_exec.operators.commit import emit_table_asset, log_commit_result
+from airflow_provider_iceberg_exec.operators.compaction import _warn_pool_slots
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = ["ResolveEqualityDeletesOperator"]
+
+
+class ResolveEqualityDeletesOperator(BaseOperator):
+    """Resolve a table's equality deletes in one task: rewrite the files they apply to, then commit.
+
+    Every data file that an equality delete applies to (within ``where``) is rewritten with its deletes
+    applied, grouped by partition, each group in one bounded-memory execution; one ``replace`` snapshot
+    swaps them and drops the equality delete files that no longer apply to any live data file. Afterwards
+    readers without equality-delete support (PyIceberg) can read the table. A table without equality
+    deletes is a normal, empty result.
+
+    Same conventions as :class:`~airflow_provider_iceberg_exec.operators.compaction.CompactionOperator`:
+    the commit id derives from the DAG, run and task, so a retry after a commit that landed reports it and
+    succeeds; the table's asset is emitted through the ``iceberg-exec-commits`` asset alias when a snapshot
+    lands; bad input fails the task without retry, with a one-line reason, and leaves the table unchanged.
+    For large tables use the mapped form,
+    ``compaction_task_group(..., only_files_with_equality_deletes=True)``.
+
+    :param table: the table, ``"namespace.table"`` (templated).
+    :param where: a PyIceberg row filter limiting the data files considered (templated).
+    :param options: further Spark ``rewrite_data_files`` options, e.g. ``{"target-file-size-bytes": ...}``;
+        ``rewrite-all`` is always on; empty values are dropped; a JSON object string is accepted
+        (templated).
+    :param branch: the branch (templated).
+    :param memory_limit: the execution's memory limit, e.g. ``"1GiB"``; default
+        ``[iceberg_exec] memory_limit`` (templated).
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
+    :param commit_id: overrides the derived commit id (templated).
+    :param asset_alias: the asset alias the table's asset is emitted through; ``None`` for none.
+    :param pool: the task's pool; default ``[iceberg_exec] pool``.
+    :param pool_slots: the slots the task takes; default derived from ``[iceberg_exec] memory_limit`` (for
+        a literal ``memory_limit``, pass ``settings.pool_slots_for(memory_limit)``).
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "where",
+        "options",
+        "branch",
+        "memory_limit",
+        "iceberg_exec_conn_id",
+        "commit_id",
+    )
+    template_fields_renderers = {"options": "json", "where": "sql"}
+    ui_color = "#7fbcf0"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        where: str | None = None,
+        options: Mapping[str, Any] | str | None = None,
+        branch: str = "main",
+        memory_limit: str | int | None = None,
+        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+        commit_id: str | None = None,
+        asset_alias: str | None = ASSET_ALIAS,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            outlets=with_asset_alias(kwargs.pop("outlets", None), asset_alias),
+            pool=pool if pool is not None else settings.default_pool(),
+            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
+            **kwargs,
+        )
+        self.table = table
+        self.where = where
+        self.options = options
+        self.branch = branch
+        self.memory_limit = memory_limit
+        self.iceberg_exec_conn_id = iceberg_exec_conn_id
+        self.commit_id = commit_id
+        self.asset_alias = asset_alias
+
+    @cached_property
+    def hook(self) -> IcebergExecHook:
+        """The catalog hook, built after the templates are rendered."""
+        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        """Resolve the equality deletes; return the ``iceberg-exec/compaction-result@1`` JSON."""
+        from airflow_provider_iceberg_exec.engine.resolve import resolve_equality_deletes
+
+        commit_id = optional_text(self.commit_id) or commit_id_from_context(
+            context, task_id=self.task_id, dag_id=self.dag_id
+        )
+        with engine_errors():
+            options = normalize_options(self.options)
+            limits = settings.resource_limits(self.memory_limit)
+            _warn_pool_slots(self, limits)
+            table = self.hook.load_table(self.table)
+            self.log.info(
+                "Resolving the equality deletes of %s (branch %s, where %s) with memory limit %s bytes, "
+                "commit id %s",
+                self.table,
+                self.branch,
+                optional_text(self.where) or "<all rows>",
+                limits.memory_limit_bytes,
+                commit_id,
+            )
+            result: dict[str, Any] = resolve_equality_deletes(
+                table,
+                where=optional_text(self.where),
+                options=options,
+                branch=optional_text(self.branch) or "main",
+                limits=limits,
+                commit_id=commit_id,
+            )
+        if not result.get("snapshot_ids") and not result.get("already_committed"):
+            self.log.info("Nothing to resolve in %s: no data file has equality deletes", self.table)
+        log_commit_result(self, result)
+        emit_table_asset(self, context, catalog=self.hook.catalog_name, table=self.table, result=result)
+        return result
