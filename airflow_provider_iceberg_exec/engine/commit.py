@@ -29,9 +29,11 @@ Validation follows Java's ``MergingSnapshotProducer``: the base snapshot must be
 head; every file to remove must still be live; no delete file committed after the base (data sequence
 number above the base's) may apply to a removed data file, where a ``replace`` with
 ``use_starting_sequence_number`` counts only position deletes, because its added files keep the base's
-sequence number and newer equality deletes still apply to them. An ``overwrite`` under serializable
-isolation also fails when a data file that may hold rows matching its conflict-detection filter was
-appended since the base (``BaseOverwriteFiles.validate``).
+sequence number and newer equality deletes still apply to them. A ``replace`` that removes delete files
+(given, or dangling ones it finds, see :class:`DanglingDeletes`) checks on every attempt, against the
+head it commits on, that none of them applies to a live data file afterwards. An ``overwrite`` under
+serializable isolation also fails when a data file that may hold rows matching its conflict-detection
+filter was appended since the base (``BaseOverwriteFiles.validate``).
 """
 
 from __future__ import annotations
@@ -107,10 +109,12 @@ from airflow_provider_iceberg_exec.engine.manifests import (
     referenced_data_file,
     to_record_layout,
 )
+from airflow_provider_iceberg_exec.engine.scan import ScannedDelete, scan_snapshot
 
 __all__ = [
     "COMMIT_ID_PROPERTY",
     "CommitOutcome",
+    "DanglingDeletes",
     "IsolationLevel",
     "commit_overwrite",
     "commit_rewrite",
@@ -138,6 +142,27 @@ _TOTALS = (
     (TOTAL_POSITION_DELETES, ADDED_POSITION_DELETES, REMOVED_POSITION_DELETES),
     (TOTAL_EQUALITY_DELETES, ADDED_EQUALITY_DELETES, REMOVED_EQUALITY_DELETES),
 )
+
+
+class DanglingDeletes(str, enum.Enum):
+    """Which delete files a ``replace`` commit removes besides the ones it is given.
+
+    Computed on every commit attempt against the branch head the snapshot is committed on, so that a
+    concurrent commit (say another compaction adding files with an old data sequence number) is seen.
+    A delete file "applies" by the spec's scan-planning rules, erring on the side of applying; the
+    live data files after the commit are the head's minus the rewritten ones plus the added ones.
+
+    - ``NONE``: only the given ``removed_delete_files``.
+    - ``REWRITTEN``: also every delete file, with a data sequence number not above the base snapshot's,
+      that applies to a rewritten data file and to no live data file after the commit: the deletes the
+      rewrite applied and left dangling.
+    - ``ALL``: also every live delete file that applies to no live data file after the commit (Spark's
+      ``remove-dangling-deletes``), whatever made it dangling.
+    """
+
+    NONE = "none"
+    REWRITTEN = "rewritten"
+    ALL = "all"
 
 
 @dataclass(frozen=True)
@@ -170,6 +195,7 @@ def commit_rewrite(
     use_starting_sequence_number: bool = True,
     branch: str = "main",
     snapshot_properties: Mapping[str, str] | None = None,
+    dangling_deletes: DanglingDeletes | str = DanglingDeletes.NONE,
 ) -> CommitOutcome:
     """Replace data files with their rewritten output in one ``replace`` snapshot, as Java's RewriteFiles.
 
@@ -192,7 +218,8 @@ def commit_rewrite(
     :param added_data_files: the rewritten output, written but not committed. A file without a
         ``spec_id`` is taken to use the table's default spec.
     :param removed_delete_files: delete files to drop in the same snapshot (for example deletes of the
-        rewritten files); each must still be live.
+        rewritten files); each must still be live and must apply to no live data file after the commit
+        (that would bring deleted rows back).
     :param commit_id: the caller's idempotency key, stored in the summary under
         :data:`COMMIT_ID_PROPERTY`. A snapshot that already carries it is returned instead of
         committing again.
@@ -200,6 +227,8 @@ def commit_rewrite(
         (Spark's ``use-starting-sequence-number``), so equality deletes committed meanwhile still apply.
     :param branch: the branch to commit to.
     :param snapshot_properties: extra summary properties.
+    :param dangling_deletes: which other delete files to remove, computed at the branch head on every
+        attempt (see :class:`DanglingDeletes`). The summary's ``removed-delete-files`` counts them all.
     :returns: the committed (or already committed) snapshot.
     :raises ConfigurationError: for bad arguments, or a format-version 3 table.
     :raises TableNotFoundError: when the table no longer exists.
@@ -207,6 +236,12 @@ def commit_rewrite(
     :raises CommitConflictError: when concurrent commits kept winning until the retries ran out.
     :raises CommitStateUnknownError: when the catalog's answer is unknown; check the table first.
     """
+    try:
+        dangling = DanglingDeletes(dangling_deletes)
+    except ValueError:
+        raise ConfigurationError(
+            f"unknown dangling_deletes {dangling_deletes!r}; use none, rewritten or all"
+        ) from None
     properties = _check_arguments(
         rewritten_data_files, added_data_files, removed_delete_files, commit_id, snapshot_properties
     )
@@ -225,10 +260,11 @@ def commit_rewrite(
             use_starting_sequence_number=use_starting_sequence_number,
             branch=branch,
             snapshot_properties=properties,
+            dangling_deletes=dangling,
         ),
         what=(
             f"{len(rewritten_data_files)} data files rewritten, {len(added_data_files)} added, "
-            f"{len(removed_delete_files)} deletes removed"
+            f"{len(removed_delete_files)} deletes removed (dangling deletes: {dangling.value})"
         ),
     )
 
@@ -753,12 +789,13 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
                 f"known ancestor None: branch {self._target_branch} has no snapshot"
             )
         base, window = self._validation_history(metadata, head)
+        removed_deletes = self._delete_files_to_remove(metadata, head, base)
 
         removed_paths = {f.file_path for f in self._removed_data_files}
-        removed_delete_paths = {f.file_path for f in self._removed_delete_files}
+        removed_delete_paths = {f.file_path for f in removed_deletes}
         may_hold = {
             ManifestContent.DATA: _manifest_filter(metadata, self._removed_data_files),
-            ManifestContent.DELETES: _manifest_filter(metadata, self._removed_delete_files),
+            ManifestContent.DELETES: _manifest_filter(metadata, removed_deletes),
         }
         paths_by_content = {
             ManifestContent.DATA: removed_paths,
@@ -791,6 +828,15 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
         if window:
             self._validate(metadata, base, window, removed)
         return attempt
+
+    def _delete_files_to_remove(
+        self, metadata: TableMetadata, head: Snapshot, base: Snapshot | None
+    ) -> list[DataFile]:
+        """The delete files this attempt removes, decided against ``head``: by default the given ones.
+
+        :raises ValidationException: when a delete file cannot be removed.
+        """
+        return list(self._removed_delete_files)
 
     def _validation_history(
         self, metadata: TableMetadata, head: Snapshot
@@ -892,7 +938,9 @@ class _RewriteFiles(_FilesProducer):
         use_starting_sequence_number: bool,
         branch: str,
         snapshot_properties: dict[str, str],
+        dangling_deletes: DanglingDeletes = DanglingDeletes.NONE,
     ) -> None:
+        self._dangling_deletes = dangling_deletes
         super().__init__(
             transaction,
             operation=Operation.REPLACE,
@@ -913,13 +961,86 @@ class _RewriteFiles(_FilesProducer):
         window: list[Snapshot],
         removed_data_files: list[DataFile],
     ) -> None:
+        # With the base's sequence number, an equality delete committed meanwhile still applies to the
+        # output, so Java ignores it here. That holds only while the output stays in the partitions of
+        # its inputs: output written with another spec would escape the delete's partition and bring
+        # its rows back (Java does not check this), so then any new equality delete is a conflict.
+        default_spec_id = metadata.default_spec_id
+        same_spec = {_spec_id(f, default_spec_id) for f in self._added} <= {
+            _spec_id(f, default_spec_id) for f in removed_data_files
+        } and len({_spec_id(f, default_spec_id) for f in removed_data_files}) <= 1
         self._validate_no_new_deletes(
             metadata,
             base,
             window,
             removed_data_files,
-            ignore_equality_deletes=self._explicit_sequence_number,
+            ignore_equality_deletes=self._explicit_sequence_number and same_spec,
         )
+
+    def _delete_files_to_remove(
+        self, metadata: TableMetadata, head: Snapshot, base: Snapshot | None
+    ) -> list[DataFile]:
+        """The given delete files plus the dangling ones, all checked against the live files at ``head``.
+
+        The live data files after this commit are the head's, minus the rewritten ones, plus the added
+        ones (with the base's sequence number, or a new one that no existing delete can reach). Every
+        delete file removed must apply to none of them; a given one that does fails the commit (the
+        caller's plan no longer holds), a dangling candidate that does is simply kept.
+
+        :raises ValidationException: when a given delete file still applies to a live data file.
+        """
+        given = list(self._removed_delete_files)
+        if metadata.format_version < 2 or (self._dangling_deletes is DanglingDeletes.NONE and not given):
+            return given
+        files = scan_snapshot(self._io, metadata, head)
+        rewritten = {data_file.file_path for data_file in self._removed_data_files}
+        applies_after: dict[str, str] = {}  # delete path -> a live data file it applies to afterwards
+        applied_to_rewritten: set[str] = set()
+        for scanned in files.data_files:
+            path = scanned.data_file.file_path
+            for delete in scanned.delete_files:
+                if path in rewritten:
+                    applied_to_rewritten.add(delete.data_file.file_path)
+                else:
+                    applies_after.setdefault(delete.data_file.file_path, path)
+        added_sequence_number = (
+            base.sequence_number if self._explicit_sequence_number and base is not None else None
+        )
+        if added_sequence_number is not None:
+            for delete in files.delete_files:
+                target = _added_file_reached(
+                    delete, self._added, added_sequence_number, metadata, applies_after
+                )
+                if target is not None:
+                    applies_after[delete.data_file.file_path] = target
+
+        for delete_file in given:
+            if (target := applies_after.get(delete_file.file_path)) is not None:
+                raise ValidationException(
+                    f"Cannot remove delete file {delete_file.file_path}: it still applies to live data "
+                    f"file {target}"
+                )
+        chosen = {delete_file.file_path: delete_file for delete_file in given}
+        base_sequence_number = base.sequence_number if base is not None else None
+        for delete in files.delete_files:
+            path = delete.data_file.file_path
+            if path in chosen or path in applies_after:
+                continue
+            if self._dangling_deletes is DanglingDeletes.ALL or (
+                self._dangling_deletes is DanglingDeletes.REWRITTEN
+                and path in applied_to_rewritten
+                and base_sequence_number is not None
+                and delete.data_sequence_number <= base_sequence_number
+            ):
+                chosen[path] = delete.data_file
+        if len(chosen) > len(given):
+            log.info(
+                "Removing %d dangling delete file(s) at head %s (%s)",
+                len(chosen) - len(given),
+                head.snapshot_id,
+                self._dangling_deletes.value,
+            )
+        return [chosen[path] for path in sorted(chosen)]
 
 
 class _OverwriteFiles(_FilesProducer):
@@ -1008,6 +1129,49 @@ class _OverwriteFiles(_FilesProducer):
                 "Found conflicting files that can contain records matching "
                 f"{self._conflict_detection_filter}: {', '.join(conflicts)}"
             )
+
+
+def _added_file_reached(
+    delete: ScannedDelete,
+    added: Sequence[DataFile],
+    added_sequence_number: int,
+    metadata: TableMetadata,
+    applies_after: Mapping[str, str],
+) -> str | None:
+    """Return the path of an added data file an existing delete file applies to, if any.
+
+    Only equality deletes can: every position delete and DV names its rows by the path of a data file,
+    and the added files did not exist when it was written. An equality delete applies to an added file
+    with a lower data sequence number (the base's) when it is global or of the same spec and partition;
+    partitions that cannot be told apart by value (other Python types) count as the same.
+    """
+    delete_file = delete.data_file
+    if (
+        delete_file.content != DataFileContent.EQUALITY_DELETES
+        or delete_file.file_path in applies_after
+        or delete.data_sequence_number <= added_sequence_number
+    ):
+        return None
+    specs = metadata.specs()
+    spec = specs.get(delete_file.spec_id)
+    for data_file in added:
+        if spec is None or spec.is_unpartitioned():
+            return data_file.file_path
+        if _spec_id(data_file, metadata.default_spec_id) == delete_file.spec_id and _may_be_same_partition(
+            data_file.partition, delete_file.partition
+        ):
+            return data_file.file_path
+    return None
+
+
+def _may_be_same_partition(left: Record, right: Record) -> bool:
+    if len(left) != len(right):
+        return True
+    for pos in range(len(left)):
+        a, b = left[pos], right[pos]
+        if type(a) is type(b) and a != b and a == a:  # a != a for NaN: count NaN as a match
+            return False
+    return True
 
 
 def _position_delete_target(

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_iceberg_exec.engine.commit import commit_rewrite
+from airflow_provider_iceberg_exec.engine.commit import DanglingDeletes, commit_rewrite
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, Strategy
 from airflow_provider_iceberg_exec.engine.contracts import (
     COMPACTION_PLAN,
@@ -36,7 +36,14 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ResourceLimitError,
 )
 from airflow_provider_iceberg_exec.engine.planning import FileCandidate, plan_file_groups
-from airflow_provider_iceberg_exec.engine.scan import ScannedDelete, ScannedFile, parse_where, scan_data_files
+from airflow_provider_iceberg_exec.engine.read import READ_AHEAD_BATCHES, read_ahead
+from airflow_provider_iceberg_exec.engine.scan import (
+    ScannedDelete,
+    ScannedFile,
+    is_file_scoped,
+    parse_where,
+    scan_data_files,
+)
 from airflow_provider_iceberg_exec.engine.session import build_session, track_resources
 from airflow_provider_iceberg_exec.engine.sorting import (
     SortKey,
@@ -130,6 +137,9 @@ def plan_compaction(
             spec_id=f.data_file.spec_id,
             partition=tuple(f.data_file.partition[i] for i in range(len(f.data_file.partition))),
             delete_file_count=len(f.delete_files),
+            file_scoped_deleted_records=sum(
+                d.data_file.record_count for d in f.delete_files if is_file_scoped(d.data_file)
+            ),
             handle=f,
         )
         for f in scanned
@@ -227,7 +237,10 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
     options = CompactionOptions.from_options(task.get("options"))
     strategy = _strategy(str(task.get("strategy", "binpack")))
     keys = parse_sort_order(task["sort_order"], schema) if task.get("sort_order") else ()
-    needs_order = strategy is Strategy.SORT or bool(task.get("needs_repartition"))
+    # Rows moving to another spec are clustered by their new partition; an unpartitioned output has one.
+    needs_order = strategy is Strategy.SORT or (
+        bool(task.get("needs_repartition")) and not output_spec.is_unpartitioned()
+    )
     sort_order_id = None
     if strategy is Strategy.SORT:
         # TableMetadata has no sort_orders_by_id(): build the id -> order map from its list.
@@ -255,11 +268,16 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
             sort_order_id=sort_order_id,
             file_prefix=group_id,
         )
-        try:
-            # Every delete file that applies is applied: the rewrite keeps exactly the live rows.
-            batches = iter_live_group_batches(
+        # Every delete file that applies is applied: the rewrite keeps exactly the live rows. They are
+        # read on a second thread while this one writes (decoding and encoding both release the GIL).
+        live = read_ahead(
+            iter_live_group_batches(
                 table.io, metadata, scanned_inputs, limits=limits, spill_dir=spill_dir, stats=delete_stats
-            )
+            ),
+            depth=READ_AHEAD_BATCHES,
+        )
+        try:
+            batches: Iterator[pa.RecordBatch] = live
             if needs_order:
                 batches = _ordered(batches, keys, output_spec, schema, limits, spill_dir)
             splitter = PartitionSplitter(output_spec, schema)
@@ -274,11 +292,14 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
                     f"{delete_stats.rows_deleted}, but wrote {writer.rows_written}; nothing committed"
                 )
         except BaseException as err:
+            live.close()
             writer.abort()
             mapped = _resource_error(err)
             if mapped is err:
                 raise
             raise mapped from err
+        finally:
+            live.close()
     added_bytes = sum(f.file_size_in_bytes for f in added)
     log.info(
         "group %s: %d file(s), %d bytes -> %d file(s), %d bytes, %d rows; peak RSS %d MiB, spilled %d MiB",
@@ -365,13 +386,10 @@ def commit_compaction(
     for number, batch in sorted(batches.items()):
         rewritten = [data_file_from_json(f, specs, schema) for d in batch for f in d["rewritten_data_files"]]
         added = [data_file_from_json(f, specs, schema) for d in batch for f in d["added_data_files"]]
-        removed_deletes = _with_dangling_deletes(
-            table,
-            [data_file_from_json(f, specs, schema) for d in batch for f in d.get("removed_delete_files", [])],
-            base_snapshot_id=int(base_snapshot_id),
-            rewritten_paths={f.file_path for f in rewritten},
-            branch=branch,
-        )
+        # The deletes to drop are decided by the commit, on the branch head it commits on (on every
+        # retry): those the rewrite left dangling (the tasks' removed_delete_files are among them unless
+        # a concurrent commit made them apply again) and, with remove-dangling-deletes, every other one.
+        dangling = DanglingDeletes.ALL if options.remove_dangling_deletes else DanglingDeletes.REWRITTEN
         batch_id = commit_id if len(batches) == 1 else f"{commit_id}.{number}"
         try:
             _check_outputs_exist(table, added)
@@ -380,10 +398,10 @@ def commit_compaction(
                 base_snapshot_id=int(base_snapshot_id),
                 rewritten_data_files=rewritten,
                 added_data_files=added,
-                removed_delete_files=removed_deletes,
                 commit_id=batch_id,
                 use_starting_sequence_number=options.use_starting_sequence_number,
                 branch=branch,
+                dangling_deletes=dangling,
             )
         except ConfigurationError:
             # E.g. a format-version 3 table: nothing was committed and these files never will be.
@@ -406,7 +424,7 @@ def commit_compaction(
         all_already = all_already and outcome.already_committed
         summary["rewritten_data_files_count"] += len(rewritten)
         summary["added_data_files_count"] += len(added)
-        summary["removed_delete_files_count"] += len(removed_deletes)
+        summary["removed_delete_files_count"] += int(outcome.summary.get("removed-delete-files", "0"))
         summary["rewritten_bytes_count"] += sum(f.file_size_in_bytes for f in rewritten)
         summary["snapshot_ids"].append(outcome.snapshot_id)
         summary["commits"].append(
@@ -602,6 +620,9 @@ def _with_dangling_deletes(
     branch: str,
 ) -> list[DataFile]:
     """``removed`` plus the live delete files that apply only to ``rewritten_paths`` at the branch head.
+
+    Used by the copy-on-write commit; the compaction commit decides its deletes inside the commit, on the
+    head it commits on (:class:`~airflow_provider_iceberg_exec.engine.commit.DanglingDeletes`).
 
     Only deletes at or below the base snapshot's sequence number qualify: the rewrite applied those, and
     they cannot apply to the output (new paths; an output data sequence number not below theirs). A

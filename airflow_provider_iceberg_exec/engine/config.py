@@ -128,12 +128,14 @@ class CompactionOptions:
     max_file_group_input_files: int = 2**63 - 1
     max_files_to_rewrite: int | None = None
     delete_file_threshold: int = 2**31 - 1
+    delete_ratio_threshold: float = 0.3
     partial_progress_enabled: bool = False
     partial_progress_max_commits: int = 10
     partial_progress_max_failed_commits: int | None = None
     rewrite_job_order: RewriteJobOrder = RewriteJobOrder.NONE
     output_spec_id: int | None = None
     use_starting_sequence_number: bool = True
+    remove_dangling_deletes: bool = False
 
     #: option name -> attribute name, in Spark's spelling
     NAMES = {
@@ -146,12 +148,14 @@ class CompactionOptions:
         "max-file-group-input-files": "max_file_group_input_files",
         "max-files-to-rewrite": "max_files_to_rewrite",
         "delete-file-threshold": "delete_file_threshold",
+        "delete-ratio-threshold": "delete_ratio_threshold",
         "partial-progress.enabled": "partial_progress_enabled",
         "partial-progress.max-commits": "partial_progress_max_commits",
         "partial-progress.max-failed-commits": "partial_progress_max_failed_commits",
         "rewrite-job-order": "rewrite_job_order",
         "output-spec-id": "output_spec_id",
         "use-starting-sequence-number": "use_starting_sequence_number",
+        "remove-dangling-deletes": "remove_dangling_deletes",
     }
 
     def __post_init__(self) -> None:
@@ -174,6 +178,11 @@ class CompactionOptions:
             raise ConfigurationError("max-files-to-rewrite must be >= 0")
         if self.delete_file_threshold < 0:
             raise ConfigurationError("delete-file-threshold must be >= 0")
+        # Written so that NaN fails too (every comparison with NaN is false).
+        if not 0 < self.delete_ratio_threshold <= 1:
+            raise ConfigurationError(
+                f"delete-ratio-threshold must be in (0, 1], got {self.delete_ratio_threshold}"
+            )
         if self.partial_progress_max_commits < 1:
             raise ConfigurationError("partial-progress.max-commits must be >= 1")
         if (
@@ -204,7 +213,7 @@ class CompactionOptions:
         >>> CompactionOptions.from_options({"target-file-size": "1"})
         Traceback (most recent call last):
         ...
-        airflow_provider_iceberg_exec.engine.errors.ConfigurationError: Cannot use options ['target-file-size'], they are not supported; valid options: delete-file-threshold, max-file-group-input-files, max-file-group-size-bytes, max-file-size-bytes, max-files-to-rewrite, min-file-size-bytes, min-input-files, output-spec-id, partial-progress.enabled, partial-progress.max-commits, partial-progress.max-failed-commits, rewrite-all, rewrite-job-order, target-file-size-bytes, use-starting-sequence-number
+        airflow_provider_iceberg_exec.engine.errors.ConfigurationError: Cannot use options ['target-file-size'], they are not supported; valid options: delete-file-threshold, delete-ratio-threshold, max-file-group-input-files, max-file-group-size-bytes, max-file-size-bytes, max-files-to-rewrite, min-file-size-bytes, min-input-files, output-spec-id, partial-progress.enabled, partial-progress.max-commits, partial-progress.max-failed-commits, remove-dangling-deletes, rewrite-all, rewrite-job-order, target-file-size-bytes, use-starting-sequence-number
         """  # noqa: E501
         options = dict(options or {})
         unknown = sorted(set(options) - set(cls.NAMES))
@@ -257,10 +266,14 @@ def _convert(name: str, raw: object, type_name: str) -> object:
             return text.lower() == "true"
         if "RewriteJobOrder" in type_name:
             return RewriteJobOrder(text.lower())
+        if "float" in type_name:
+            return float(text)
         return int(text)
     except ValueError:
         if "RewriteJobOrder" in type_name:
             valid = ", ".join(o.value for o in RewriteJobOrder)
             raise ConfigurationError(f"invalid {name}: {text!r}; use one of {valid}") from None
-        kind = "true or false" if "bool" in type_name else "an integer"
+        kind = (
+            "true or false" if "bool" in type_name else "a number" if "float" in type_name else "an integer"
+        )
         raise ConfigurationError(f"invalid {name}: {text!r}; expected {kind}") from None

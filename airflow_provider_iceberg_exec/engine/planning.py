@@ -10,12 +10,14 @@ manifest or a file. The pipeline follows Java Iceberg 1.10's ``BinPackRewriteFil
    bucket with the empty partition ``()``, because "data inside could contain values which belong to
    multiple partitions in the current spec" (``groupByPartition``).
 3. **File filter** (``filterFiles``): ``size < min-file-size-bytes or size > max-file-size-bytes`` or
-   ``delete_file_count >= delete-file-threshold``. ``rewrite-all`` skips it.
+   ``delete_file_count >= delete-file-threshold`` (``tooManyDeletes``) or a delete ratio of at least
+   ``delete-ratio-threshold`` (``tooHighDeleteRatio``, see :func:`too_high_delete_ratio`).
+   ``rewrite-all`` skips it.
 4. **Bin-pack** each bucket (``BinPacking.ListPacker(max-file-group-size-bytes, lookback=1,
    largestBinFirst=false, max-file-group-input-files)``): next-fit in path order; a file that does not
    fit closes the open group. A file larger than the cap is a group of its own.
 5. **Group filter** (``filterFileGroups``): ``enoughInputFiles or enoughContent or tooMuchContent or any
-   tooManyDeletes``. ``rewrite-all`` skips it.
+   tooManyDeletes or any tooHighDeleteRatio``. ``rewrite-all`` skips it.
 6. **max-files-to-rewrite** (``plan()``): walk buckets and their groups in order and take files until
    the cap; the group that crosses the cap is cut to a prefix.
 7. **Size each group**: :func:`expected_output_files` and the split size, from the files actually
@@ -38,8 +40,8 @@ Deliberate differences from Java, all forced by determinism or by what a candida
 - With partial progress, Java divides the plan's total group count (counted before
   ``max-files-to-rewrite``) by ``partial-progress.max-commits`` and commits groups as they finish; here
   the planned groups are divided and batched in job order.
-- ``delete-ratio-threshold`` (``tooHighDeleteRatio``) is not evaluated: a candidate does not carry the
-  record counts of its file-scoped deletes.
+- ``tooHighDeleteRatio`` needs the record counts of a file's file-scoped deletes, which the caller sums
+  into :attr:`FileCandidate.file_scoped_deleted_records` (Java reads them from the scan task's deletes).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ __all__ = [
     "PlanOutcome",
     "expected_output_files",
     "plan_file_groups",
+    "too_high_delete_ratio",
     "write_max_file_size",
 ]
 
@@ -85,6 +88,11 @@ class FileCandidate:
     :param spec_id: the partition spec the file was written with.
     :param partition: the file's partition values in its spec's field order; must be hashable.
     :param delete_file_count: how many delete files apply to the file.
+    :param file_scoped_deleted_records: the sum of ``record_count`` over the file-scoped delete files
+        that apply to the file: deletion vectors and position delete files whose
+        ``referenced_data_file`` is set or whose ``file_path`` lower and upper bounds are equal (Java's
+        ``ContentFileUtil.isFileScoped``). Other delete files do not count: how many of their rows hit
+        this file is unknown without reading them.
     :param handle: the caller's own object (for example a pyiceberg ``DataFile`` and its deletes); never
         inspected, and left out of equality and hashing.
     :raises ConfigurationError: for a negative size, count or delete count, or an unhashable partition.
@@ -97,6 +105,7 @@ class FileCandidate:
     partition: tuple[object, ...]
     delete_file_count: int = 0
     handle: object = field(default=None, compare=False, repr=False)
+    file_scoped_deleted_records: int = 0
 
     def __post_init__(self) -> None:
         if self.size_bytes < 0:
@@ -106,6 +115,11 @@ class FileCandidate:
         if self.delete_file_count < 0:
             raise ConfigurationError(
                 f"{self.path}: delete_file_count must be >= 0, got {self.delete_file_count}"
+            )
+        if self.file_scoped_deleted_records < 0:
+            raise ConfigurationError(
+                f"{self.path}: file_scoped_deleted_records must be >= 0, "
+                f"got {self.file_scoped_deleted_records}"
             )
         if not isinstance(self.partition, tuple):
             raise ConfigurationError(f"{self.path}: partition must be a tuple, got {self.partition!r}")
@@ -351,12 +365,35 @@ def _too_many_deletes(file: FileCandidate, options: CompactionOptions) -> bool:
     return file.delete_file_count >= options.delete_file_threshold
 
 
+def too_high_delete_ratio(file: FileCandidate, options: CompactionOptions) -> bool:
+    """Java's ``tooHighDeleteRatio``: do known deletes remove at least ``delete-ratio-threshold`` of the rows?
+
+    The known deleted rows are :attr:`FileCandidate.file_scoped_deleted_records`, capped at the file's
+    record count. A file without delete files, or without rows, never qualifies (in Java ``0 / 0`` is
+    NaN, and NaN is not ``>=`` anything).
+
+    :param file: the candidate.
+    :param options: the compaction options (``delete_ratio_threshold``).
+    :returns: whether the ratio reaches the threshold.
+
+    >>> options = CompactionOptions()  # delete-ratio-threshold 0.3
+    >>> too_high_delete_ratio(FileCandidate("f", 10, 10, 0, (), 1, file_scoped_deleted_records=3), options)
+    True
+    >>> too_high_delete_ratio(FileCandidate("f", 10, 10, 0, (), 1, file_scoped_deleted_records=2), options)
+    False
+    """
+    if file.delete_file_count == 0 or file.record_count == 0:
+        return False
+    deleted = min(file.file_scoped_deleted_records, file.record_count)
+    return deleted / file.record_count >= options.delete_ratio_threshold
+
+
 def _file_needs_rewrite(file: FileCandidate, options: CompactionOptions) -> bool:
-    """Java's ``filterFiles``: ``outsideDesiredFileSizeRange || tooManyDeletes``."""
+    """Java's ``filterFiles``: ``outsideDesiredFileSizeRange || tooManyDeletes || tooHighDeleteRatio``."""
     outside_range = (
         file.size_bytes < options.min_file_size_bytes or file.size_bytes > options.max_file_size_bytes
     )
-    return outside_range or _too_many_deletes(file, options)
+    return outside_range or _too_many_deletes(file, options) or too_high_delete_ratio(file, options)
 
 
 def _group_worth_rewriting(group: Sequence[FileCandidate], options: CompactionOptions) -> bool:
@@ -371,6 +408,7 @@ def _group_worth_rewriting(group: Sequence[FileCandidate], options: CompactionOp
         or enough_content
         or too_much_content
         or any(_too_many_deletes(file, options) for file in group)
+        or any(too_high_delete_ratio(file, options) for file in group)
     )
 
 

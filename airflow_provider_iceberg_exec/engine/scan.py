@@ -13,12 +13,22 @@ from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile, ManifestEntry
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
 
-__all__ = ["ScannedDelete", "ScannedFile", "parse_where", "scan_data_files"]
+__all__ = [
+    "ScannedDelete",
+    "ScannedFile",
+    "SnapshotFiles",
+    "is_file_scoped",
+    "parse_where",
+    "scan_data_files",
+    "scan_snapshot",
+]
 
 #: The ``file_path`` column of position delete files.
 _FILE_PATH_FIELD_ID = 2147483546
@@ -39,6 +49,19 @@ class ScannedFile:
     data_file: DataFile
     data_sequence_number: int
     delete_files: tuple[ScannedDelete, ...] = ()
+
+
+@dataclass(frozen=True)
+class SnapshotFiles:
+    """What :func:`scan_snapshot` found.
+
+    :param data_files: the live data files that may match the filter, by path, each with its deletes.
+    :param delete_files: every live delete file of the snapshot, by path, whether or not it applies to
+        any data file (the filter never prunes delete files).
+    """
+
+    data_files: tuple[ScannedFile, ...]
+    delete_files: tuple[ScannedDelete, ...]
 
 
 def parse_where(where: str | None, schema: Schema) -> BooleanExpression:
@@ -79,13 +102,26 @@ def scan_data_files(table: Table, snapshot: Snapshot, row_filter: BooleanExpress
     ``ignoreResiduals`` scan does). Delete files are never pruned by the filter: a delete file's metrics
     describe delete keys, not the rows it removes.
     """
+    return list(scan_snapshot(table.io, table.metadata, snapshot, row_filter).data_files)
+
+
+def scan_snapshot(
+    io: FileIO, metadata: TableMetadata, snapshot: Snapshot, row_filter: BooleanExpression | None = None
+) -> SnapshotFiles:
+    """The live data files of ``snapshot`` that may match ``row_filter`` (all when ``None``), each with the
+    delete files that apply to it, and every live delete file of the snapshot.
+
+    Which delete applies to which data file errs on the side of applying (see :func:`scan_data_files`),
+    so a delete file that applies to none of the data files of an unfiltered scan is dangling.
+    """
+    from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.manifest import DataFileContent, ManifestContent
     from pyiceberg.table import ManifestGroupPlanner
 
     from airflow_provider_iceberg_exec.engine.manifests import read_manifest_entries
 
-    io = table.io
-    metadata = table.metadata
+    if row_filter is None:
+        row_filter = AlwaysTrue()
     manifests = snapshot.manifests(io)
     data_manifests = [m for m in manifests if m.content == ManifestContent.DATA]
     delete_manifests = [m for m in manifests if m.content == ManifestContent.DELETES]
@@ -96,18 +132,50 @@ def scan_data_files(table: Table, snapshot: Snapshot, row_filter: BooleanExpress
         if e.data_file.content == DataFileContent.DATA
     ]
     # The engine's reader keeps referenced_data_file, which PyIceberg's v2 read schema drops.
+    delete_entries = list(
+        chain.from_iterable(read_manifest_entries(io, m, discard_deleted=True) for m in delete_manifests)
+    )
     deletes = _DeleteIndex(
-        chain.from_iterable(read_manifest_entries(io, m, discard_deleted=True) for m in delete_manifests),
+        delete_entries,
         unpartitioned_specs={sid for sid, spec in metadata.specs().items() if spec.is_unpartitioned()},
     )
-    return [
-        ScannedFile(
-            data_file=e.data_file,
-            data_sequence_number=_sequence(e),
-            delete_files=deletes.for_data_file(e.data_file, _sequence(e)),
-        )
-        for e in sorted(data_entries, key=lambda e: e.data_file.file_path)
-    ]
+    return SnapshotFiles(
+        data_files=tuple(
+            ScannedFile(
+                data_file=e.data_file,
+                data_sequence_number=_sequence(e),
+                delete_files=deletes.for_data_file(e.data_file, _sequence(e)),
+            )
+            for e in sorted(data_entries, key=lambda e: e.data_file.file_path)
+        ),
+        delete_files=tuple(
+            ScannedDelete(e.data_file, _sequence(e))
+            for e in sorted(delete_entries, key=lambda e: e.data_file.file_path)
+        ),
+    )
+
+
+def is_file_scoped(delete_file: DataFile) -> bool:
+    """Whether a delete file can only apply to one data file (Java's ``ContentFileUtil.isFileScoped``).
+
+    True for deletion vectors and position delete files with ``referenced_data_file`` set, and for
+    position delete files whose ``file_path`` lower and upper bounds are equal. Never for equality
+    deletes.
+
+    :param delete_file: a delete file, ideally read by :func:`manifests.read_manifest_entries` (PyIceberg's
+        own reader drops ``referenced_data_file``).
+    """
+    from pyiceberg.manifest import DataFileContent
+
+    from airflow_provider_iceberg_exec.engine.manifests import referenced_data_file
+
+    if delete_file.content != DataFileContent.POSITION_DELETES:
+        return False
+    if referenced_data_file(delete_file) is not None:
+        return True
+    lower = (delete_file.lower_bounds or {}).get(_FILE_PATH_FIELD_ID)
+    upper = (delete_file.upper_bounds or {}).get(_FILE_PATH_FIELD_ID)
+    return lower is not None and lower == upper
 
 
 def _sequence(entry: ManifestEntry) -> int:

@@ -485,3 +485,36 @@ def test_bucketed_anti_join_applies_several_delete_kinds(catalog: SqlCatalog, tm
     assert _ids(table) == [i for i in range(2 * n) if i not in gone]
     assert result["removed_delete_files_count"] == 2
     assert result["spilled_bytes"] > 0
+
+
+def test_new_equality_delete_conflicts_with_a_rewrite_into_another_spec(
+    catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    """Files of spec 1 (category) are rewritten into the unpartitioned spec (category dropped). An
+    equality delete of spec 1's partition committed meanwhile would not reach that output: with the
+    base's sequence number the commit would bring its rows back, so it must fail validation and leave the
+    table as it was. (It also rewrites into an unpartitioned spec, which needs no clustering sort.)"""
+    from airflow_provider_iceberg_exec.engine.compaction import commit_compaction, execute_rewrite_task
+    from airflow_provider_iceberg_exec.engine.errors import CommitValidationError
+
+    table = _create(catalog, partitioned_later=True)
+    _append(table, range(10), "a")
+    _append(table, range(10, 20), "a")
+    with table.update_spec() as update:
+        update.remove_field("category")
+    table.refresh()
+    plan = plan_compaction(table, options=_ALL)
+    assert plan["tasks"]
+    assert all(t["output_spec_id"] != 1 for t in plan["tasks"])
+    results = [execute_rewrite_task(table, task, _limits(tmp_path)) for task in plan["tasks"]]
+    _commit_deletes(
+        table, [_equality_deletes(table, {"id": (1, pa.int64(), [4])}, spec_id=1, partition=("a",))]
+    )
+    head = table.current_snapshot()
+
+    with pytest.raises(CommitValidationError, match="delete"):
+        commit_compaction(table, results, commit_id="spec-change")
+
+    table.refresh()
+    assert table.current_snapshot() == head
+    assert len(_live_delete_files(table)) == 1
