@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_iceberg_exec.engine.commit import DanglingDeletes, commit_rewrite
+from airflow_provider_iceberg_exec.engine.commit import COMMIT_ID_PROPERTY, DanglingDeletes, commit_rewrite
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, Strategy
 from airflow_provider_iceberg_exec.engine.contracts import (
     COMPACTION_PLAN,
@@ -468,6 +468,10 @@ def compact(
     >>> # compact(table, options={"target-file-size-bytes": "134217728"}, limits=ResourceLimits())
     """
     limits = limits or ResourceLimits()
+    if commit_id is not None and (landed := _landed_result(table, branch, commit_id)) is not None:
+        # A retry after the commit landed: re-planning would find the work done (or, after a partial
+        # landing, plan new batches whose ids the landed ones already carry). Report what landed.
+        return landed
     plan = plan_compaction(
         table,
         where=where,
@@ -512,6 +516,45 @@ def compact(
         "skipped": len(plan["skipped"]),
     }
     return outcome
+
+
+def _landed_result(table: Table, branch: str, commit_id: str) -> dict[str, Any] | None:
+    """The compaction result of the snapshots on ``branch`` that carry ``commit_id`` (or its batch ids)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    table.refresh()
+    landed = []
+    for snapshot in ancestors_of(table.metadata.snapshot_by_name(branch), table.metadata):
+        found = snapshot.summary.additional_properties.get(COMMIT_ID_PROPERTY) if snapshot.summary else None
+        if found == commit_id or (found or "").startswith(f"{commit_id}."):
+            landed.append((found, snapshot))
+    if not landed:
+        return None
+    landed.reverse()  # oldest first, as they were committed
+
+    def total(key: str) -> int:
+        return sum(int(s.summary.additional_properties.get(key, "0")) for _, s in landed if s.summary)
+
+    log.info("commit id %s already landed on %s: %d snapshot(s)", commit_id, branch, len(landed))
+    return envelope(
+        COMPACTION_RESULT,
+        {
+            "table": _table_name(table),
+            "rewritten_data_files_count": total("deleted-data-files"),
+            "added_data_files_count": total("added-data-files"),
+            "rewritten_bytes_count": total("removed-files-size"),
+            "failed_data_files_count": 0,
+            "removed_delete_files_count": total("removed-delete-files"),
+            "snapshot_ids": [s.snapshot_id for _, s in landed],
+            "already_committed": True,
+            "commits": [
+                {"commit_id": found, "snapshot_id": s.snapshot_id, "already_committed": True}
+                for found, s in landed
+            ],
+            "peak_rss_bytes": 0,
+            "spilled_bytes": 0,
+        },
+    )
 
 
 def _strategy(text: str) -> Strategy:

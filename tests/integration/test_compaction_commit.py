@@ -438,3 +438,31 @@ def test_partial_progress_commits_the_batches_that_validate(catalog: SqlCatalog,
     assert live_checksum(table) == before
     failed_outputs = {local_path(f["file-path"]) for f in first_batch["added_data_files"]}
     assert not failed_outputs & files_under(table)
+
+
+@pytest.mark.parametrize("max_commits", [1, 3])
+def test_compact_again_with_a_landed_commit_id_reports_it_without_rewriting(
+    catalog: SqlCatalog, tmp_path: Path, max_commits: int
+) -> None:
+    """A retried task (same commit id) finds its snapshots, in one batch or several, and plans nothing."""
+    table = _table(catalog)
+    options = {"partial-progress.enabled": "true", "partial-progress.max-commits": str(max_commits)}
+    first = run_compact(table, tmp_path, options, commit_id="run-1")
+    table.refresh()
+    head = table.current_snapshot()
+    files = _paths(data_files(table))
+
+    again = run_compact(table, tmp_path, options, commit_id="run-1")
+
+    table.refresh()
+    assert table.current_snapshot() == head
+    assert _paths(data_files(table)) == files
+    assert again["already_committed"] is True
+    assert again["snapshot_ids"] == first["snapshot_ids"]
+    assert len(again["snapshot_ids"]) == max_commits
+    for key in ("rewritten_data_files_count", "added_data_files_count", "rewritten_bytes_count"):
+        assert again[key] == first[key], key
+    # Another commit id is another run: it plans afresh (nothing is left to compact here).
+    other = run_compact(table, tmp_path, options, commit_id="run-2")
+    assert other["snapshot_ids"] == []
+    assert other["already_committed"] is False
