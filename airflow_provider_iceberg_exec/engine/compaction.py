@@ -735,7 +735,8 @@ def _ordered(
                 names=[*batch.schema.names, *(name for name, _fn in computed)],
             )
             if writer is None:
-                writer = pq.ParquetWriter(stage_path, staged.schema, compression="lz4")
+                # Only DataFusion reads it back: dictionary encoding here cost CPU twice and saved little.
+                writer = pq.ParquetWriter(stage_path, staged.schema, compression="lz4", use_dictionary=False)
             buffered.append(staged)
             buffered_bytes += staged.nbytes
             staged_bytes += staged.nbytes
