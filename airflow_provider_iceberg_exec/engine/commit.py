@@ -29,11 +29,11 @@ Validation follows Java's ``MergingSnapshotProducer``: the base snapshot must be
 head; every file to remove must still be live; no delete file committed after the base (data sequence
 number above the base's) may apply to a removed data file, where a ``replace`` with
 ``use_starting_sequence_number`` counts only position deletes, because its added files keep the base's
-sequence number and newer equality deletes still apply to them. A ``replace`` that removes delete files
-(given, or dangling ones it finds, see :class:`DanglingDeletes`) checks on every attempt, against the
-head it commits on, that none of them applies to a live data file afterwards. An ``overwrite`` under
-serializable isolation also fails when a data file that may hold rows matching its conflict-detection
-filter was appended since the base (``BaseOverwriteFiles.validate``).
+sequence number and newer equality deletes still apply to them. A commit that removes delete files
+(given, or dangling ones it finds, see :class:`DanglingDeletes`; both producers share this) checks on
+every attempt, against the head it commits on, that none of them applies to a live data file afterwards.
+An ``overwrite`` under serializable isolation also fails when a data file that may hold rows matching its
+conflict-detection filter was appended since the base (``BaseOverwriteFiles.validate``).
 """
 
 from __future__ import annotations
@@ -145,17 +145,19 @@ _TOTALS = (
 
 
 class DanglingDeletes(str, enum.Enum):
-    """Which delete files a ``replace`` commit removes besides the ones it is given.
+    """Which delete files a ``replace`` or ``overwrite`` commit removes besides the ones it is given.
 
     Computed on every commit attempt against the branch head the snapshot is committed on, so that a
     concurrent commit (say another compaction adding files with an old data sequence number) is seen.
     A delete file "applies" by the spec's scan-planning rules, erring on the side of applying; the
-    live data files after the commit are the head's minus the rewritten ones plus the added ones.
+    live data files after the commit are the head's minus the removed (rewritten) ones plus the added
+    ones.
 
     - ``NONE``: only the given ``removed_delete_files``.
     - ``REWRITTEN``: also every delete file, with a data sequence number not above the base snapshot's,
-      that applies to a rewritten data file and to no live data file after the commit: the deletes the
-      rewrite applied and left dangling.
+      that applies to a removed (rewritten) data file and to no live data file after the commit: the
+      deletes the rewrite applied and left dangling (the DVs and position deletes of the removed files
+      among them).
     - ``ALL``: also every live delete file that applies to no live data file after the commit (Spark's
       ``remove-dangling-deletes``), whatever made it dangling.
     """
@@ -236,12 +238,7 @@ def commit_rewrite(
     :raises CommitConflictError: when concurrent commits kept winning until the retries ran out.
     :raises CommitStateUnknownError: when the catalog's answer is unknown; check the table first.
     """
-    try:
-        dangling = DanglingDeletes(dangling_deletes)
-    except ValueError:
-        raise ConfigurationError(
-            f"unknown dangling_deletes {dangling_deletes!r}; use none, rewritten or all"
-        ) from None
+    dangling = _dangling_mode(dangling_deletes)
     properties = _check_arguments(
         rewritten_data_files, added_data_files, removed_delete_files, commit_id, snapshot_properties
     )
@@ -267,6 +264,13 @@ def commit_rewrite(
             f"{len(removed_delete_files)} deletes removed (dangling deletes: {dangling.value})"
         ),
     )
+
+
+def _dangling_mode(value: DanglingDeletes | str) -> DanglingDeletes:
+    try:
+        return DanglingDeletes(value)
+    except ValueError:
+        raise ConfigurationError(f"unknown dangling_deletes {value!r}; use none, rewritten or all") from None
 
 
 class IsolationLevel(str, enum.Enum):
@@ -306,6 +310,7 @@ def commit_overwrite(
     branch: str = "main",
     snapshot_properties: Mapping[str, str] | None = None,
     removed_delete_files: Sequence[DataFile] = (),
+    dangling_deletes: DanglingDeletes | str = DanglingDeletes.NONE,
 ) -> CommitOutcome:
     """Remove and add data files in one snapshot, as Java's OverwriteFiles in Spark's copy-on-write commit.
 
@@ -345,7 +350,13 @@ def commit_overwrite(
     :param branch: the branch to commit to.
     :param snapshot_properties: extra summary properties.
     :param removed_delete_files: delete files to drop in the same snapshot: those that applied only to
-        removed data files (their deletion vectors and file-scoped position deletes); each must be live.
+        removed data files (their deletion vectors and file-scoped position deletes); each must still be
+        live and must apply to no live data file after the commit.
+    :param dangling_deletes: which other delete files to remove, computed at the branch head on every
+        attempt (see :class:`DanglingDeletes`); ``rewritten`` is what a copy-on-write commit wants: the
+        deletes that applied to the removed files and to nothing else. The added files get a new data
+        sequence number, so no existing delete applies to them. The summary's ``removed-delete-files``
+        counts every delete file removed.
     :returns: the committed (or already committed) snapshot.
     :raises ConfigurationError: for bad arguments, or a format-version 3 table.
     :raises TableNotFoundError: when the table no longer exists.
@@ -354,6 +365,7 @@ def commit_overwrite(
     :raises CommitStateUnknownError: when the catalog's answer is unknown; check the table first.
     """
     level = IsolationLevel.parse(isolation_level)
+    dangling = _dangling_mode(dangling_deletes)
     properties = _check_overwrite_arguments(
         deleted_data_files, added_data_files, removed_delete_files, commit_id, snapshot_properties
     )
@@ -373,10 +385,12 @@ def commit_overwrite(
             commit_id=commit_id,
             branch=branch,
             snapshot_properties=properties,
+            dangling_deletes=dangling,
         ),
         what=(
             f"{len(deleted_data_files)} data files removed, {len(added_data_files)} added, "
-            f"{len(removed_delete_files)} deletes removed, {level.value} isolation"
+            f"{len(removed_delete_files)} deletes removed (dangling deletes: {dangling.value}), "
+            f"{level.value} isolation"
         ),
     )
 
@@ -630,6 +644,7 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
         branch: str,
         snapshot_properties: dict[str, str],
         explicit_sequence_number: bool,
+        dangling_deletes: DanglingDeletes = DanglingDeletes.NONE,
     ) -> None:
         super().__init__(
             operation=operation,
@@ -644,6 +659,7 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
         self._base_snapshot_id = base_snapshot_id
         self._commit_id = commit_id
         self._explicit_sequence_number = explicit_sequence_number
+        self._dangling_deletes = dangling_deletes
         self._removed_data_files = list(removed_data_files)
         self._removed_delete_files = list(removed_delete_files)
         self._added = [to_record_layout(data_file) for data_file in added_data_files]
@@ -832,11 +848,87 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
     def _delete_files_to_remove(
         self, metadata: TableMetadata, head: Snapshot, base: Snapshot | None
     ) -> list[DataFile]:
-        """The delete files this attempt removes, decided against ``head``: by default the given ones.
+        """The given delete files plus the dangling ones, all checked against the live files at ``head``.
 
-        :raises ValidationException: when a delete file cannot be removed.
+        Shared by ``replace`` and ``overwrite``, decided on every attempt. The live data files after this
+        commit are the head's, minus the removed (rewritten) ones, plus the added ones: with the base's
+        sequence number (a ``replace`` with ``use_starting_sequence_number``), which a newer equality
+        delete of their partition reaches; or with the new snapshot's, above every existing delete's, so
+        that no existing delete applies to them (position deletes and DVs name other paths; an equality
+        delete needs a strictly higher data sequence number). Every delete file removed must apply to
+        none of them; a given one that does fails the commit (the caller's plan no longer holds), a
+        dangling candidate that does is simply kept.
+
+        :raises ValidationException: when a given delete file still applies to a live data file.
         """
-        return list(self._removed_delete_files)
+        given = list(self._removed_delete_files)
+        if metadata.format_version < 2 or not (given or self._may_find_dangling(head)):
+            return given
+        files = scan_snapshot(self._io, metadata, head)
+        rewritten = {data_file.file_path for data_file in self._removed_data_files}
+        applies_after: dict[str, str] = {}  # delete path -> a live data file it applies to afterwards
+        applied_to_rewritten: set[str] = set()
+        for scanned in files.data_files:
+            path = scanned.data_file.file_path
+            for delete in scanned.delete_files:
+                if path in rewritten:
+                    applied_to_rewritten.add(delete.data_file.file_path)
+                else:
+                    applies_after.setdefault(delete.data_file.file_path, path)
+        added_sequence_number = (
+            base.sequence_number if self._explicit_sequence_number and base is not None else None
+        )
+        if added_sequence_number is not None:
+            for delete in files.delete_files:
+                target = _added_file_reached(
+                    delete, self._added, added_sequence_number, metadata, applies_after
+                )
+                if target is not None:
+                    applies_after[delete.data_file.file_path] = target
+
+        for delete_file in given:
+            if (target := applies_after.get(delete_file.file_path)) is not None:
+                raise ValidationException(
+                    f"Cannot remove delete file {delete_file.file_path}: it still applies to live data "
+                    f"file {target}"
+                )
+        chosen = {delete_file.file_path: delete_file for delete_file in given}
+        base_sequence_number = base.sequence_number if base is not None else None
+        for delete in files.delete_files:
+            path = delete.data_file.file_path
+            if path in chosen or path in applies_after:
+                continue
+            if self._dangling_deletes is DanglingDeletes.ALL or (
+                self._dangling_deletes is DanglingDeletes.REWRITTEN
+                and path in applied_to_rewritten
+                and base_sequence_number is not None
+                and delete.data_sequence_number <= base_sequence_number
+            ):
+                chosen[path] = delete.data_file
+        if len(chosen) > len(given):
+            log.info(
+                "Removing %d dangling delete file(s) at head %s (%s)",
+                len(chosen) - len(given),
+                head.snapshot_id,
+                self._dangling_deletes.value,
+            )
+        return [chosen[path] for path in sorted(chosen)]
+
+    def _may_find_dangling(self, head: Snapshot) -> bool:
+        """Whether a dangling delete may qualify, from the head's manifest list alone.
+
+        Not with ``none``, nor with ``rewritten`` when no data file is removed, nor when ``head`` has no
+        live delete file: then the attempt does not read every manifest of the head.
+        """
+        if self._dangling_deletes is DanglingDeletes.NONE or (
+            self._dangling_deletes is DanglingDeletes.REWRITTEN and not self._removed_data_files
+        ):
+            return False
+        return any(
+            manifest.content == ManifestContent.DELETES
+            and (manifest.has_added_files() or manifest.has_existing_files())
+            for manifest in head.manifests(self._io)
+        )
 
     def _validation_history(
         self, metadata: TableMetadata, head: Snapshot
@@ -940,7 +1032,6 @@ class _RewriteFiles(_FilesProducer):
         snapshot_properties: dict[str, str],
         dangling_deletes: DanglingDeletes = DanglingDeletes.NONE,
     ) -> None:
-        self._dangling_deletes = dangling_deletes
         super().__init__(
             transaction,
             operation=Operation.REPLACE,
@@ -952,6 +1043,7 @@ class _RewriteFiles(_FilesProducer):
             branch=branch,
             snapshot_properties=snapshot_properties,
             explicit_sequence_number=use_starting_sequence_number,
+            dangling_deletes=dangling_deletes,
         )
 
     def _validate(
@@ -977,71 +1069,6 @@ class _RewriteFiles(_FilesProducer):
             ignore_equality_deletes=self._explicit_sequence_number and same_spec,
         )
 
-    def _delete_files_to_remove(
-        self, metadata: TableMetadata, head: Snapshot, base: Snapshot | None
-    ) -> list[DataFile]:
-        """The given delete files plus the dangling ones, all checked against the live files at ``head``.
-
-        The live data files after this commit are the head's, minus the rewritten ones, plus the added
-        ones (with the base's sequence number, or a new one that no existing delete can reach). Every
-        delete file removed must apply to none of them; a given one that does fails the commit (the
-        caller's plan no longer holds), a dangling candidate that does is simply kept.
-
-        :raises ValidationException: when a given delete file still applies to a live data file.
-        """
-        given = list(self._removed_delete_files)
-        if metadata.format_version < 2 or (self._dangling_deletes is DanglingDeletes.NONE and not given):
-            return given
-        files = scan_snapshot(self._io, metadata, head)
-        rewritten = {data_file.file_path for data_file in self._removed_data_files}
-        applies_after: dict[str, str] = {}  # delete path -> a live data file it applies to afterwards
-        applied_to_rewritten: set[str] = set()
-        for scanned in files.data_files:
-            path = scanned.data_file.file_path
-            for delete in scanned.delete_files:
-                if path in rewritten:
-                    applied_to_rewritten.add(delete.data_file.file_path)
-                else:
-                    applies_after.setdefault(delete.data_file.file_path, path)
-        added_sequence_number = (
-            base.sequence_number if self._explicit_sequence_number and base is not None else None
-        )
-        if added_sequence_number is not None:
-            for delete in files.delete_files:
-                target = _added_file_reached(
-                    delete, self._added, added_sequence_number, metadata, applies_after
-                )
-                if target is not None:
-                    applies_after[delete.data_file.file_path] = target
-
-        for delete_file in given:
-            if (target := applies_after.get(delete_file.file_path)) is not None:
-                raise ValidationException(
-                    f"Cannot remove delete file {delete_file.file_path}: it still applies to live data "
-                    f"file {target}"
-                )
-        chosen = {delete_file.file_path: delete_file for delete_file in given}
-        base_sequence_number = base.sequence_number if base is not None else None
-        for delete in files.delete_files:
-            path = delete.data_file.file_path
-            if path in chosen or path in applies_after:
-                continue
-            if self._dangling_deletes is DanglingDeletes.ALL or (
-                self._dangling_deletes is DanglingDeletes.REWRITTEN
-                and path in applied_to_rewritten
-                and base_sequence_number is not None
-                and delete.data_sequence_number <= base_sequence_number
-            ):
-                chosen[path] = delete.data_file
-        if len(chosen) > len(given):
-            log.info(
-                "Removing %d dangling delete file(s) at head %s (%s)",
-                len(chosen) - len(given),
-                head.snapshot_id,
-                self._dangling_deletes.value,
-            )
-        return [chosen[path] for path in sorted(chosen)]
-
 
 class _OverwriteFiles(_FilesProducer):
     """An ``overwrite`` (or ``delete``, ``append``) producer: Java's BaseOverwriteFiles, as Spark's CoW."""
@@ -1059,6 +1086,7 @@ class _OverwriteFiles(_FilesProducer):
         branch: str,
         snapshot_properties: dict[str, str],
         removed_delete_files: Sequence[DataFile] = (),
+        dangling_deletes: DanglingDeletes = DanglingDeletes.NONE,
     ) -> None:
         if deleted_data_files and not added_data_files:
             operation = Operation.DELETE
@@ -1077,6 +1105,7 @@ class _OverwriteFiles(_FilesProducer):
             branch=branch,
             snapshot_properties=snapshot_properties,
             explicit_sequence_number=False,
+            dangling_deletes=dangling_deletes,
         )
         self._conflict_detection_filter = conflict_detection_filter
         self._isolation_level = isolation_level

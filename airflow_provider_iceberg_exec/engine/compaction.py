@@ -654,36 +654,6 @@ def _removable_deletes(
     return [data_file_to_json(d, specs[d.spec_id], schema) for _, d in sorted(removable.items())]
 
 
-def _with_dangling_deletes(
-    table: Table,
-    removed: Sequence[DataFile],
-    *,
-    base_snapshot_id: int,
-    rewritten_paths: set[str],
-    branch: str,
-) -> list[DataFile]:
-    """``removed`` plus the live delete files that apply only to ``rewritten_paths`` at the branch head.
-
-    Used by the copy-on-write commit; the compaction commit decides its deletes inside the commit, on the
-    head it commits on (:class:`~airflow_provider_iceberg_exec.engine.commit.DanglingDeletes`).
-
-    Only deletes at or below the base snapshot's sequence number qualify: the rewrite applied those, and
-    they cannot apply to the output (new paths; an output data sequence number not below theirs). A
-    newer equality delete keeps applying to the output and stays.
-    """
-    from pyiceberg.expressions import AlwaysTrue
-
-    head = table.snapshot_by_name(branch)
-    base = table.snapshot_by_id(base_snapshot_id)
-    chosen = {f.file_path: f for f in removed}
-    if head is None or base is None or base.sequence_number is None:
-        return list(chosen.values())
-    for path, (delete, targets) in _delete_targets(scan_data_files(table, head, AlwaysTrue())).items():
-        if delete.data_sequence_number <= base.sequence_number and targets <= rewritten_paths:
-            chosen.setdefault(path, delete.data_file)
-    return [chosen[p] for p in sorted(chosen)]
-
-
 def _ordered(
     batches: Iterator[pa.RecordBatch],
     keys: Sequence[SortKey],

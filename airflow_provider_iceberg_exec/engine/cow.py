@@ -39,7 +39,9 @@ reads it: in the probe (all columns then, not only the predicate's) and in the r
 is neither counted as matching nor copied. Such a file is never removed unread (its live row count is not
 in the metadata). When it is removed or rewritten, the delete files that applied only to removed files
 (its deletion vector, file-scoped position deletes, and any other delete no live file needs any more)
-are removed in the same commit; those that still apply to a file left in place stay. Files with equality
+are removed in the same commit; those that still apply to a file left in place stay. The commit decides
+which on every attempt, against the branch head it commits on (``DanglingDeletes.REWRITTEN``), so a
+concurrent commit that makes a delete apply to another live file again keeps it. Files with equality
 deletes are rewritten one at a time (their anti-join has a share of the memory limit of its own).
 """
 
@@ -56,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.expressions.visitors import BoundBooleanExpressionVisitor, bind, rewrite_not, visit
 
-from airflow_provider_iceberg_exec.engine.commit import IsolationLevel, commit_overwrite
+from airflow_provider_iceberg_exec.engine.commit import DanglingDeletes, IsolationLevel, commit_overwrite
 from airflow_provider_iceberg_exec.engine.compaction import (
     _check_outputs_exist,
     _delete_quietly,
@@ -67,7 +69,6 @@ from airflow_provider_iceberg_exec.engine.compaction import (
     _resource_error,
     _scanned_from_json,
     _scanned_to_json,
-    _with_dangling_deletes,
 )
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import (
@@ -1337,28 +1338,18 @@ def commit_cow_rewrite(
     _check_outputs_exist(table, added)
     base = first.get("base_snapshot_id")
     branch = str(first.get("branch") or "main")
-    removed_deletes = [
-        data_file_from_json(f, specs, schema) for d in docs for f in d.get("removed_delete_files", [])
-    ]
-    head = table.snapshot_by_name(branch)
-    head_deletes = head.summary.get("total-delete-files") if head is not None and head.summary else None
-    if base is not None and deleted and head_deletes != "0":
-        # Also the deletes that applied only to files removed together (a partition-scoped one, say).
-        removed_deletes = _with_dangling_deletes(
-            table,
-            removed_deletes,
-            base_snapshot_id=int(base),
-            rewritten_paths={f.file_path for f in deleted},
-            branch=branch,
-        )
-    summary["removed_delete_files_count"] = len(removed_deletes)
     try:
+        # The deletes to drop are decided by the commit, on the branch head it commits on (on every
+        # retry): those that applied to the removed files and, after the commit, apply to no live data
+        # file (the tasks' removed_delete_files, their DVs and file-scoped position deletes, are among
+        # them; so is a partition-scoped or equality delete whose files all go). One that a concurrent
+        # commit made apply to another live file again is kept, never removed with its rows.
         outcome = commit_overwrite(
             table,
             base_snapshot_id=int(base) if base is not None else None,
             deleted_data_files=deleted,
             added_data_files=added,
-            removed_delete_files=removed_deletes,
+            dangling_deletes=DanglingDeletes.REWRITTEN,
             conflict_detection_filter=parse_where(str(first["where"]), schema),
             isolation_level=str(first["isolation_level"]),
             commit_id=commit_id,
@@ -1370,6 +1361,7 @@ def commit_cow_rewrite(
         _delete_quietly(table, added)
         raise
     summary["snapshot_ids"] = [outcome.snapshot_id]
+    summary["removed_delete_files_count"] = int(outcome.summary.get("removed-delete-files", "0"))
     summary["snapshot_operation"] = outcome.summary.get("operation")
     summary["already_committed"] = outcome.already_committed
     log.info(
