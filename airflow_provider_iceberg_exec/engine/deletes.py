@@ -71,7 +71,11 @@ _PART = f"{_HIDDEN}part"
 _STAGE_ROW_GROUP_BYTES = 262144
 _JOIN_BATCH_BYTES = 65536
 _MIN_JOIN_BATCH_ROWS = 128
-_MAX_BUCKETS = 4096
+#: Bucket files one partitioning pass writes at once (each an open writer with a buffered row group);
+#: a side that needs more buckets is partitioned again, bucket by bucket, on other bits of the hash.
+_BUCKET_FAN_OUT = 64
+#: Each level hashes on three more hex digits of the key's md5 (32 in all).
+_MAX_BUCKET_LEVELS = 4
 _MIN_BUCKET_ROW_GROUP_BYTES = 16384
 _BUCKET = f"{_HIDDEN}bucket"
 
@@ -372,7 +376,9 @@ class _Stager:
         import pyarrow.parquet as pq
 
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self.path, batch.schema, compression="lz4")
+            # No dictionary: only DataFusion reads the file back, and an open writer's dictionary state
+            # is memory per column (the bucketed join keeps dozens of writers open).
+            self._writer = pq.ParquetWriter(self.path, batch.schema, compression="lz4", use_dictionary=False)
         self._buffered.append(batch)
         self._bytes += batch.nbytes
         self.total_bytes += batch.nbytes
@@ -594,16 +600,20 @@ def _join_pair(
             yield arrow
 
 
-def _bucket_count(limits: ResourceLimits, side_bytes: int) -> int:
-    """How many key buckets keep each side of one bucket's join within an eighth of the join's pool."""
+def _bucket_budget(limits: ResourceLimits) -> int:
+    """The most bytes one side of one bucket's join may hold: an eighth of the join's pool."""
     from airflow_provider_iceberg_exec.engine.session import POOL_SHARE
 
-    budget = max(1, int(limits.memory_limit_bytes * POOL_SHARE) // 8)
-    return min(_MAX_BUCKETS, max(1, -(-side_bytes // budget)))
+    return max(1, int(limits.memory_limit_bytes * POOL_SHARE) // 8)
 
 
-def _bucket_sql(table: str, ids: Sequence[int], key_fields: Sequence[NestedField], buckets: int) -> str:
-    """Add a bucket column: a hash of the null-safe key, the same for equal keys on both sides."""
+def _bucket_sql(
+    table: str, ids: Sequence[int], key_fields: Sequence[NestedField], buckets: int, level: int
+) -> str:
+    """Add a bucket column: a hash of the null-safe key, the same for equal keys on both sides.
+
+    Each ``level`` takes other digits of the key's md5, so re-partitioning one bucket spreads its rows.
+    """
     from pyiceberg.types import BinaryType, FixedType, UUIDType
 
     by_id = {f.field_id: f for f in key_fields}
@@ -617,8 +627,71 @@ def _bucket_sql(table: str, ids: Sequence[int], key_fields: Sequence[NestedField
         )
         parts.append(f"coalesce({text}, '<null>'), CAST({column} IS NULL AS VARCHAR)")
     digest = f"md5(concat_ws('|', {', '.join(parts)}))"
-    code = " + ".join(f"ascii(substr({digest}, {n}, 1)) * {256 ** (3 - n)}" for n in (1, 2, 3))
+    first = 3 * level
+    code = " + ".join(f"ascii(substr({digest}, {first + n}, 1)) * {256 ** (3 - n)}" for n in (1, 2, 3))
     return f'SELECT *, ({code}) % {buckets} AS "{_BUCKET}" FROM {table}'
+
+
+def _bucket_pairs(
+    data: tuple[str, int],
+    deletes: tuple[str, int],
+    ids: Sequence[int],
+    key_fields: Sequence[NestedField],
+    join_limits: ResourceLimits,
+    scan_limits: ResourceLimits,
+    spill_dir: str,
+    name: str,
+    level: int = 0,
+) -> Iterator[tuple[str, str | None]]:
+    """(data, deletes) file pairs whose join fits the join's budget: a grace-style partitioned join.
+
+    ``data`` and ``deletes`` are staged files with their in-memory sizes. A pair that is too big is split
+    into at most ``_BUCKET_FAN_OUT`` buckets by key hash, and each bucket pair again if still too big,
+    so a pass never holds more than that many open writers. Bucket files this creates are removed once
+    split further; the caller removes the ones it is handed (its own inputs aside).
+    """
+    budget = _bucket_budget(join_limits)
+    biggest = max(data[1], deletes[1])
+    if biggest <= budget or level >= _MAX_BUCKET_LEVELS:
+        yield data[0], deletes[0]
+        return
+    fan_out = min(_BUCKET_FAN_OUT, -(-biggest // budget))
+    split = _bucketize(
+        data[0], deletes[0], ids, key_fields, fan_out, level, scan_limits, spill_dir, f"{name}-{level}"
+    )
+    try:
+        while split:
+            data_part, delete_part = split.pop(0)
+            if data_part is None:
+                _remove(delete_part)
+            elif delete_part is None:
+                yield data_part[0], None  # nothing to delete in this bucket
+            else:
+                inner = _bucket_pairs(
+                    data_part,
+                    delete_part,
+                    ids,
+                    key_fields,
+                    join_limits,
+                    scan_limits,
+                    spill_dir,
+                    f"{name}-{level}.{len(split)}",
+                    level + 1,
+                )
+                split_again = max(data_part[1], delete_part[1]) > budget and level + 1 < _MAX_BUCKET_LEVELS
+                yield from inner
+                if split_again:
+                    _remove(data_part)
+                    _remove(delete_part)
+    finally:
+        for data_part, delete_part in split:
+            _remove(data_part)
+            _remove(delete_part)
+
+
+def _remove(part: tuple[str, int] | None) -> None:
+    if part is not None and os.path.exists(part[0]):
+        os.remove(part[0])
 
 
 def _bucketize(
@@ -627,43 +700,53 @@ def _bucketize(
     ids: Sequence[int],
     key_fields: Sequence[NestedField],
     buckets: int,
+    level: int,
     limits: ResourceLimits,
     spill_dir: str,
-    number: int,
-) -> list[tuple[str | None, str | None]]:
-    """Split both staged sides by key bucket into files in ``spill_dir`` (a partitioned, grace-style join)."""
+    name: str,
+) -> list[tuple[tuple[str, int] | None, tuple[str, int] | None]]:
+    """Split both staged sides by key bucket into files in ``spill_dir``: (path, bytes) per bucket."""
     import numpy as np
 
     # Every bucket buffers its rows up to one row group: together an eighth of the memory limit.
     row_group_bytes = max(_MIN_BUCKET_ROW_GROUP_BYTES, limits.memory_limit_bytes // 8 // buckets)
-    split: list[list[str | None]] = []
+    split: list[list[tuple[str, int] | None]] = []
     for side, path in (("d", data_path), ("e", delete_path)):
         ctx = _join_session(limits, spill_dir)
         ctx.register_parquet("t", path)
         stagers: dict[int, _Stager] = {}
         try:
-            for chunk in ctx.sql(_bucket_sql("t", ids, key_fields, buckets)).execute_stream():
+            for chunk in ctx.sql(_bucket_sql("t", ids, key_fields, buckets, level)).execute_stream():
                 batch = chunk.to_pyarrow()
                 if not batch.num_rows:
                     continue
                 which = batch.column(_BUCKET).to_numpy(zero_copy_only=False)
                 order = np.argsort(which, kind="stable")
-                rows = batch.drop_columns([_BUCKET]).take(order)
+                rows = batch.drop_columns([_BUCKET])
                 ordered = which[order]
                 values, starts = np.unique(ordered, return_index=True)
                 ends = [*starts[1:], len(ordered)]
                 for bucket, start, end in zip(values, starts, ends, strict=True):
                     b = int(bucket)
                     if b not in stagers:
-                        bucket_path = os.path.join(spill_dir, f"eq{number}-{side}-b{b}.parquet")
-                        stagers[b] = _Stager(bucket_path, row_group_bytes)
-                    stagers[b].write(rows.slice(int(start), int(end - start)))
+                        stagers[b] = _Stager(
+                            os.path.join(spill_dir, f"{name}-{side}-b{b}.parquet"), row_group_bytes
+                        )
+                    # take() copies the bucket's rows: a slice would pin the whole chunk while it waits
+                    # in the bucket's row group, and dozens of buckets would pin dozens of chunks.
+                    stagers[b].write(rows.take(order[int(start) : int(end)]))
             split.append(
-                [stagers[b].path if b in stagers and stagers[b].close() else None for b in range(buckets)]
+                [
+                    (stagers[b].path, stagers[b].total_bytes) if b in stagers and stagers[b].close() else None
+                    for b in range(buckets)
+                ]
             )
         except BaseException:
             for stager in stagers.values():
                 stager.remove()
+            for done in split:
+                for part in done:
+                    _remove(part)
             raise
     return list(zip(split[0], split[1], strict=True))
 
@@ -738,12 +821,16 @@ def _anti_join(
             out = None if last else _Stager(os.path.join(spill_dir, f"eq-pass{number}.parquet"))
             if out is not None:
                 stages.append((out, ids, is_global))  # removed with the others
-            buckets = _bucket_count(join_limits, max(current_bytes, stage.total_bytes))
             scan_limits = dataclasses.replace(join_limits, batch_size=limits.batch_size)
-            pairs = (
-                _bucketize(current, stage.path, ids, key_fields, buckets, scan_limits, spill_dir, number)
-                if buckets > 1
-                else [(current, stage.path)]
+            pairs = _bucket_pairs(
+                (current, current_bytes),
+                (stage.path, stage.total_bytes),
+                ids,
+                key_fields,
+                join_limits,
+                scan_limits,
+                spill_dir,
+                f"eq{number}",
             )
             for data_path, delete_path in pairs:
                 for arrow in _join_pair(data_path, delete_path, ids, is_global, join_limits, spill_dir):
