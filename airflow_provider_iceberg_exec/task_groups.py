@@ -20,7 +20,12 @@ from airflow.sdk import TaskGroup
 from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 
-__all__ = ["compaction_task_group"]
+__all__ = ["COMMIT_TRIGGER_RULE", "compaction_task_group"]
+
+#: the commit's trigger rule: run once every rewrite is done and at least one upstream task succeeded
+#: (the plan counts), so that a failed rewrite does not leave the others' files uncommitted; the commit
+#: itself decides from the plan and the results whether to commit (Airflow >= 3.1)
+COMMIT_TRIGGER_RULE = "all_done_min_one_success"
 
 
 def _literal_pool_slots(memory_limit: str | int | None) -> int:
@@ -54,9 +59,16 @@ def compaction_task_group(
 
     The plan returns one task spec per file group; the rewrite is mapped over them (an empty plan maps
     to no task) in ``pool`` with ``pool_slots`` derived from ``memory_limit`` when it is a literal; the
-    commit (trigger rule ``none_failed_min_one_success``, downstream of the plan too) commits every
-    group's result at once, or reports an empty result when the plan was empty; it is skipped when the
-    plan is (e.g. after a soft-failed health sensor).
+    commit, given the plan's output too, commits every group's result at once.
+
+    Its trigger rule is :data:`COMMIT_TRIGGER_RULE` (``all_done_min_one_success``): it waits until every
+    rewrite is done and runs when the plan succeeded, even if some rewrites failed; it is upstream-failed
+    when the plan failed, and skipped when the plan is skipped (e.g. after a soft-failed health sensor) or
+    planned nothing (the mapped rewrite is then skipped). When rewrites failed, Spark's
+    ``partial-progress.enabled`` decides: the groups that succeeded are committed and the failed ones
+    reported as ``failed_data_files_count``; without it (the default), or when every rewrite failed,
+    the commit deletes what the other rewrites wrote and fails, and the table is unchanged (see
+    :class:`~airflow_provider_iceberg_exec.operators.commit.CommitOperator`).
 
     Every string argument but ``group_id`` may be a Jinja template (e.g. ``"{{ params.table }}"``).
 
@@ -115,11 +127,12 @@ def compaction_task_group(
         commit = CommitOperator(
             task_id="commit",
             results=rewrite.output,
+            planned=plan.output,
             table=table,
             iceberg_exec_conn_id=iceberg_exec_conn_id,
             quiet_period_seconds=quiet_period_seconds,
             retries=commit_retries,
-            trigger_rule="none_failed_min_one_success",
+            trigger_rule=COMMIT_TRIGGER_RULE,
         )
         plan >> commit
     return group

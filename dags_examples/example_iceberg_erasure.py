@@ -13,7 +13,8 @@ README's demo (SQLite catalog, local warehouse)::
 Tasks: ``plan`` (metadata only: the data files that may hold the user's rows) -> ``rewrite`` (mapped, one
 bounded copy-on-write rewrite per group of files; files without the user's rows are left untouched) ->
 ``commit`` (one ``overwrite`` or ``delete`` snapshot, validated with the predicate and the table's
-``write.delete.isolation-level``; its commit id derives from the DAG run, so a retry never deletes twice)
+``write.delete.isolation-level``; its commit id derives from the DAG run, so a retry never deletes twice;
+if any rewrite failed it deletes what the others wrote and fails: never a partial erasure)
 -> ``report`` (rows and files removed, the snapshot).
 
 The deleted rows still exist in the data files of older snapshots until those snapshots expire and the
@@ -30,6 +31,7 @@ from airflow.sdk import DAG, Param, task
 from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.cow import CowPlanOperator, CowRewriteOperator
+from airflow_provider_iceberg_exec.task_groups import COMMIT_TRIGGER_RULE
 
 with DAG(
     dag_id="iceberg_exec_erasure",
@@ -70,8 +72,11 @@ with DAG(
     commit = CommitOperator(
         task_id="commit",
         results=rewrite.output,
+        # The plan too: when a rewrite fails, the commit deletes what the others wrote and fails (a
+        # partial delete is never committed); an empty plan skips it, and the report says "nothing".
+        planned=plan.output,
         table="{{ params.table }}",
-        trigger_rule="none_failed_min_one_success",  # an empty plan maps no rewrite: report "nothing"
+        trigger_rule=COMMIT_TRIGGER_RULE,
     )
     plan >> commit
 

@@ -423,7 +423,9 @@ def stage_task_specs(
     """Return ``tasks`` as they are, or, past ``threshold`` files in all, each staged in its own file.
 
     A staged spec is a small reference document; the rewrite task resolves it. Files are named after
-    ``part_prefix`` and the spec's ``group_id`` (or ``task_id``, or its index).
+    ``part_prefix`` and the spec's ``group_id`` (or ``task_id``, or its index). A reference also carries
+    the spec's ``task_id`` and ``data_files_count``, so that the commit can name and count the tasks
+    that failed without reading the staged files.
     """
     from airflow_provider_iceberg_exec.engine.payloads import count_files, offload_payload
 
@@ -432,18 +434,22 @@ def stage_task_specs(
         return tasks
     location = table.location()
     staged = [
-        offload_payload(
-            table.io,
-            location,
-            task,
-            name=payload_name(
-                context,
-                task_id=operator.task_id,
-                dag_id=operator.dag_id,
-                part=f"{part_prefix}{task.get('group_id', task.get('task_id', index))}",
+        {
+            **offload_payload(
+                table.io,
+                location,
+                task,
+                name=payload_name(
+                    context,
+                    task_id=operator.task_id,
+                    dag_id=operator.dag_id,
+                    part=f"{part_prefix}{task.get('group_id', task.get('task_id', index))}",
+                ),
+                threshold=0,
             ),
-            threshold=0,
-        )
+            **{key: task[key] for key in ("task_id",) if key in task},
+            "data_files_count": len(task.get("data_files", []) or []),
+        }
         for index, task in enumerate(tasks)
     ]
     operator.log.info(

@@ -110,14 +110,15 @@ def test_on_demand_dag_passes_large_payloads_through_xcom_by_reference(airflow_d
     assert live_checksum(demo_table) == before_rows
 
 
-def test_on_demand_dag_with_nothing_to_do_succeeds_with_an_empty_commit(airflow_db, demo_table):
+def test_on_demand_dag_with_nothing_to_do_succeeds_and_skips_the_commit(airflow_db, demo_table):
+    """An empty plan maps no rewrite (skipped); all_done_min_one_success then skips the commit too."""
     before = demo_table.current_snapshot().snapshot_id
     dag = _load_dag("example_iceberg_on_demand")
     run = dag.test(run_conf={"table": TABLE, "where": "id < 0"})
     states = _ti_states(run)
     assert str(run.state) == "success", states
     assert states["compaction.rewrite[-1]"] == "skipped"
-    assert states["compaction.commit[-1]"] == "success"
+    assert states["compaction.commit[-1]"] == "skipped"
     demo_table.refresh()
     assert demo_table.current_snapshot().snapshot_id == before
 

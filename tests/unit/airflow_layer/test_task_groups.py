@@ -22,8 +22,9 @@ def test_group_wires_plan_mapped_rewrite_and_commit():
     plan, rewrite, commit = (dag.task_dict[f"compaction.{t}"] for t in ("plan", "rewrite", "commit"))
     assert rewrite.upstream_task_ids == {"compaction.plan"}
     assert commit.upstream_task_ids == {"compaction.plan", "compaction.rewrite"}
-    assert commit.trigger_rule == "none_failed_min_one_success"
+    assert commit.trigger_rule == "all_done_min_one_success"
     assert type(rewrite).__name__ == "MappedOperator"
+    assert commit.planned.operator is plan  # the plan's output: a failed group is not "nothing planned"
     assert plan.table == "ns.t"
     assert commit.retries == 3
 
@@ -56,3 +57,12 @@ def test_group_resolves_equality_deletes_through_the_plan():
     assert {"resolve.rewrite", "resolve.commit"} <= set(dag.task_dict)
     default, _ = _build()
     assert default.task_dict["compaction.plan"].only_files_with_equality_deletes is False
+
+
+def test_commit_trigger_rule_exists_in_the_installed_airflow():
+    """ALL_DONE_MIN_ONE_SUCCESS came with Airflow 3.1 (apache/airflow#53959), the provider's floor."""
+    from airflow.task.trigger_rule import TriggerRule
+
+    from airflow_provider_iceberg_exec.task_groups import COMMIT_TRIGGER_RULE
+
+    assert TriggerRule(COMMIT_TRIGGER_RULE) is TriggerRule.ALL_DONE_MIN_ONE_SUCCESS
