@@ -74,7 +74,9 @@ _MIN_JOIN_BATCH_ROWS = 128
 #: Bucket files one partitioning pass writes at once (each an open writer with a buffered row group);
 #: a side that needs more buckets is partitioned again, bucket by bucket, on other bits of the hash.
 _BUCKET_FAN_OUT = 64
-#: Each level hashes on three more hex digits of the key's md5 (32 in all).
+#: Each level hashes on six more hex digits of the key's md5 (32 in all).
+_BUCKET_HEX_DIGITS = 6
+_HEX = "0123456789abcdef"
 _MAX_BUCKET_LEVELS = 4
 _MIN_BUCKET_ROW_GROUP_BYTES = 16384
 _BUCKET = f"{_HIDDEN}bucket"
@@ -627,8 +629,12 @@ def _bucket_sql(
         )
         parts.append(f"coalesce({text}, '<null>'), CAST({column} IS NULL AS VARCHAR)")
     digest = f"md5(concat_ws('|', {', '.join(parts)}))"
-    first = 3 * level
-    code = " + ".join(f"ascii(substr({digest}, {first + n}, 1)) * {256 ** (3 - n)}" for n in (1, 2, 3))
+    # Six hex digits of the md5 as a number (24 uniform bits), other digits at each level.
+    first = _BUCKET_HEX_DIGITS * level
+    code = " + ".join(
+        f"(strpos('{_HEX}', substr({digest}, {first + n}, 1)) - 1) * {16 ** (_BUCKET_HEX_DIGITS - n)}"
+        for n in range(1, _BUCKET_HEX_DIGITS + 1)
+    )
     return f'SELECT *, ({code}) % {buckets} AS "{_BUCKET}" FROM {table}'
 
 
