@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import logging
-import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -52,6 +51,7 @@ from airflow_provider_iceberg_exec.engine.sorting import (
     table_sort_keys,
     transform_of,
 )
+from airflow_provider_iceberg_exec.engine.staging import StagedParquet
 from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter
 
 if TYPE_CHECKING:
@@ -66,9 +66,6 @@ __all__ = ["commit_compaction", "compact", "execute_rewrite_task", "plan_compact
 log = logging.getLogger(__name__)
 
 _HIDDEN_PREFIX = "__iceberg_exec_"
-#: Row groups of the staged copy. DataFusion's sort over a copy staged in 16 MiB row groups peaked about
-#: 100 MiB higher (4M rows of 64 bytes, 128 MiB limit: 550-590 MiB peak RSS against 410-475 MiB).
-_STAGE_ROW_GROUP_BYTES = 256 * 1024
 _SORT_BATCH_BYTES = 64 * 1024
 _MIN_SORT_BATCH_ROWS = 128
 
@@ -668,7 +665,6 @@ def _ordered(
     instead of polling every input file at once; transformed keys become hidden columns.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
     from datafusion import col
 
     # (column name, fn(batch) -> array or None for a column of the batch itself, ascending, nulls_first)
@@ -692,37 +688,23 @@ def _ordered(
 
     # Beside the run's spill directory, not in it: the execution stats count that directory as spilled
     # bytes, and a sort that fits in memory spills nothing.
-    stage_path = f"{spill_dir}.stage.parquet"
-    writer = None
-    buffered: list[pa.RecordBatch] = []
-    buffered_bytes = staged_bytes = staged_rows = 0
+    stage_path = f"{spill_dir}.stage"
+    stage = StagedParquet(stage_path)
     width = 0
     try:
         for batch in batches:
             width = batch.num_columns
-            staged = pa.RecordBatch.from_arrays(
-                [*batch.columns, *(fn(batch) for _name, fn in computed)],
-                names=[*batch.schema.names, *(name for name, _fn in computed)],
+            stage.write(
+                pa.RecordBatch.from_arrays(
+                    [*batch.columns, *(fn(batch) for _name, fn in computed)],
+                    names=[*batch.schema.names, *(name for name, _fn in computed)],
+                )
             )
-            if writer is None:
-                # Only DataFusion reads it back: dictionary encoding here cost CPU twice and saved little.
-                writer = pq.ParquetWriter(stage_path, staged.schema, compression="lz4", use_dictionary=False)
-            buffered.append(staged)
-            buffered_bytes += staged.nbytes
-            staged_bytes += staged.nbytes
-            staged_rows += staged.num_rows
-            if buffered_bytes >= _STAGE_ROW_GROUP_BYTES:
-                writer.write_table(pa.Table.from_batches(buffered))
-                buffered, buffered_bytes = [], 0
-        if writer is None:
+        if not stage.close():
             return
-        if buffered:
-            writer.write_table(pa.Table.from_batches(buffered))
-        writer.close()
-        writer = None
         # Freed staging buffers stay cached in PyArrow's allocator unless handed back now.
         pa.default_memory_pool().release_unused()
-        ctx = build_session(_sort_limits(limits, staged_bytes, staged_rows), spill_dir)
+        ctx = build_session(_sort_limits(limits, stage.total_bytes, stage.rows), spill_dir)
         # One sort over one scan partition (a split scan sorts each half in half the pool, then merges),
         # read by DataFusion's own Parquet reader: through a PyArrow dataset the same sort peaked higher.
         ctx.sql("SET datafusion.optimizer.repartition_file_scans = false").collect()
@@ -737,10 +719,7 @@ def _ordered(
             arrow = batch.to_pyarrow()
             yield arrow.select(list(range(width)))
     finally:
-        if writer is not None:
-            writer.close()
-        if os.path.exists(stage_path):
-            os.remove(stage_path)
+        stage.remove()
 
 
 def _sort_limits(limits: ResourceLimits, staged_bytes: int, staged_rows: int) -> ResourceLimits:

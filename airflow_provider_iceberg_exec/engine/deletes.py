@@ -34,6 +34,7 @@ from airflow_provider_iceberg_exec.engine.config import MIN_MEMORY_LIMIT_BYTES, 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
 from airflow_provider_iceberg_exec.engine.read import iter_data_file_batches
 from airflow_provider_iceberg_exec.engine.scan import ScannedDelete, ScannedFile
+from airflow_provider_iceberg_exec.engine.staging import CHUNKS_PER_PART, StagedParquet, remove_staged
 
 if TYPE_CHECKING:
     import numpy as np
@@ -68,7 +69,6 @@ _HIDDEN = "__iceberg_exec_"
 _SEQ = f"{_HIDDEN}seq"
 _SPEC = f"{_HIDDEN}spec"
 _PART = f"{_HIDDEN}part"
-_STAGE_ROW_GROUP_BYTES = 262144
 _JOIN_BATCH_BYTES = 65536
 _MIN_JOIN_BATCH_ROWS = 128
 #: Bucket files one partitioning pass writes at once (each an open writer with a buffered row group);
@@ -79,6 +79,7 @@ _BUCKET_HEX_DIGITS = 6
 _HEX = "0123456789abcdef"
 _MAX_BUCKET_LEVELS = 4
 _MIN_BUCKET_ROW_GROUP_BYTES = 16384
+_MIN_BUCKET_CHUNKS_PER_PART = 256
 _BUCKET = f"{_HIDDEN}bucket"
 
 
@@ -361,55 +362,6 @@ def _partition_text(data_file: DataFile) -> str:
     return repr(tuple(partition[i] for i in range(len(partition))))
 
 
-class _Stager:
-    """Write record batches into one local LZ4 Parquet file, in row groups of about 256 KiB."""
-
-    def __init__(self, path: str, row_group_bytes: int = _STAGE_ROW_GROUP_BYTES) -> None:
-        self.path = path
-        self._row_group_bytes = row_group_bytes
-        self.rows = 0
-        self.total_bytes = 0
-        self._writer: Any = None
-        self._buffered: list[pa.RecordBatch] = []
-        self._bytes = 0
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        if self._writer is None:
-            # No dictionary: only DataFusion reads the file back, and an open writer's dictionary state
-            # is memory per column (the bucketed join keeps dozens of writers open).
-            self._writer = pq.ParquetWriter(self.path, batch.schema, compression="lz4", use_dictionary=False)
-        self._buffered.append(batch)
-        self._bytes += batch.nbytes
-        self.total_bytes += batch.nbytes
-        self.rows += batch.num_rows
-        if self._bytes >= self._row_group_bytes:
-            self._writer.write_table(pa.Table.from_batches(self._buffered))
-            self._buffered, self._bytes = [], 0
-
-    def close(self) -> bool:
-        """Flush and close; return whether anything was written."""
-        import pyarrow as pa
-
-        if self._writer is None:
-            return False
-        if self._buffered:
-            self._writer.write_table(pa.Table.from_batches(self._buffered))
-            self._buffered, self._bytes = [], 0
-        self._writer.close()
-        self._writer = None
-        return True
-
-    def remove(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        if os.path.exists(self.path):
-            os.remove(self.path)
-
-
 def _with_scope(batch: pa.RecordBatch, extra: dict[str, pa.Array]) -> pa.RecordBatch:
     import pyarrow as pa
 
@@ -502,7 +454,7 @@ def _stage_equality_deletes(
     deletes: Sequence[ScannedDelete],
     key_schema: Any,
     limits: ResourceLimits,
-    stage: _Stager,
+    stage: StagedParquet,
 ) -> None:
     """Stage the key columns of equality delete files (read by field id) with their scope columns."""
     specs = metadata.specs()
@@ -551,7 +503,7 @@ def _anti_join_sql(query: str, name: str, ids: Sequence[int], is_global: bool) -
     return f"SELECT d.* FROM ({query}) AS d LEFT ANTI JOIN {name} ON {' AND '.join(conditions)}"
 
 
-def _join_limits(limits: ResourceLimits, staged: Sequence[_Stager]) -> ResourceLimits:
+def _join_limits(limits: ResourceLimits, staged: Sequence[StagedParquet]) -> ResourceLimits:
     """Limits for the sort-merge anti-join: a quarter of the memory, batches of about 64 KiB.
 
     Each sorted run being merged holds a batch outside the pool: with 8192-row batches of 200-byte keys
@@ -696,8 +648,8 @@ def _bucket_pairs(
 
 
 def _remove(part: tuple[str, int] | None) -> None:
-    if part is not None and os.path.exists(part[0]):
-        os.remove(part[0])
+    if part is not None:
+        remove_staged(part[0])
 
 
 def _bucketize(
@@ -720,7 +672,7 @@ def _bucketize(
     for side, path in (("d", data_path), ("e", delete_path)):
         ctx = _join_session(limits, spill_dir)
         ctx.register_parquet("t", path)
-        stagers: dict[int, _Stager] = {}
+        stagers: dict[int, StagedParquet] = {}
         try:
             for chunk in ctx.sql(_bucket_sql("t", ids, key_fields, buckets, level)).execute_stream():
                 batch = chunk.to_pyarrow()
@@ -735,8 +687,11 @@ def _bucketize(
                 for bucket, start, end in zip(values, starts, ends, strict=True):
                     b = int(bucket)
                     if b not in stagers:
-                        stagers[b] = _Stager(
-                            os.path.join(spill_dir, f"{name}-{side}-b{b}.parquet"), row_group_bytes
+                        stagers[b] = StagedParquet(
+                            os.path.join(spill_dir, f"{name}-{side}-b{b}"),
+                            row_group_bytes,
+                            # Every bucket's writer is open at once: share one writer's metadata budget.
+                            chunks_per_part=max(_MIN_BUCKET_CHUNKS_PER_PART, CHUNKS_PER_PART // buckets),
                         )
                     # take() copies the bucket's rows: a slice would pin the whole chunk while it waits
                     # in the bucket's row group, and dozens of buckets would pin dozens of chunks.
@@ -764,7 +719,7 @@ def _stage_data(
     width: int,
     schema: Any,
     current_keys: Sequence[int],
-    stage: _Stager,
+    stage: StagedParquet,
 ) -> pa.Schema | None:
     """Stage the live rows of ``files`` with key and scope columns; return the table's Arrow schema."""
     import pyarrow as pa
@@ -807,12 +762,12 @@ def _anti_join(
     kinds = _equality_kinds(files, unpartitioned)
 
     # Beside the run's spill directory, not in it: the execution stats count that directory as spilled.
-    data_stage = _Stager(f"{spill_dir}.eq-data.parquet")
-    stages: list[tuple[_Stager, tuple[int, ...], bool]] = []
+    data_stage = StagedParquet(f"{spill_dir}.eq-data")
+    stages: list[tuple[StagedParquet, tuple[int, ...], bool]] = []
     try:
         target_schema = _stage_data(files, live, read_schema, width, schema, current_keys, data_stage)
         for number, ((ids, is_global), group) in enumerate(sorted(kinds.items())):
-            stage = _Stager(f"{spill_dir}.eq-del{number}.parquet")
+            stage = StagedParquet(f"{spill_dir}.eq-del{number}")
             stages.append((stage, ids, is_global))
             _stage_equality_deletes(io, metadata, group, Schema(*(by_id[i] for i in ids)), limits, stage)
         if not data_stage.close() or target_schema is None:
@@ -824,7 +779,7 @@ def _anti_join(
         kept_rows = 0
         for number, (stage, ids, is_global) in enumerate(passes):
             last = number == len(passes) - 1
-            out = None if last else _Stager(os.path.join(spill_dir, f"eq-pass{number}.parquet"))
+            out = None if last else StagedParquet(os.path.join(spill_dir, f"eq-pass{number}"))
             if out is not None:
                 stages.append((out, ids, is_global))  # removed with the others
             scan_limits = dataclasses.replace(join_limits, batch_size=limits.batch_size)
@@ -850,8 +805,8 @@ def _anti_join(
                     ]
                     yield pa.RecordBatch.from_arrays(columns, schema=target_schema)
                 for path in (data_path, delete_path):
-                    if path not in (current, stage.path) and path and os.path.exists(path):
-                        os.remove(path)
+                    if path not in (current, stage.path):
+                        remove_staged(path)
             if out is not None:
                 if not out.close():
                     break  # every row was deleted
