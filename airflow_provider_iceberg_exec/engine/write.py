@@ -285,7 +285,9 @@ class RollingDataFileWriter:
                 limit = int(
                     self._writer_kwargs.get("dictionary_pagesize_limit") or _DEFAULT_DICTIONARY_PAGE_BYTES
                 )
-                self._use_dictionary = dictionary_columns(table, limit)
+                # Judged for the row groups to come: the first one is smaller (see write()).
+                rows_per_group = int(table.num_rows * self._row_group_bytes / max(1, table.nbytes))
+                self._use_dictionary = dictionary_columns(table, limit, rows_per_group)
             current.writer = pq.ParquetWriter(
                 current.stream,
                 schema=self._arrow_schema,
@@ -373,31 +375,47 @@ class RollingDataFileWriter:
         self._written.clear()
 
 
-def dictionary_columns(row_group: pa.Table, page_limit_bytes: int) -> bool | list[str]:
+def dictionary_columns(
+    row_group: pa.Table, page_limit_bytes: int, row_group_rows: int | None = None
+) -> bool | list[str]:
     """PyArrow's ``use_dictionary`` for a file whose first row group is ``row_group``.
 
-    A top-level column is written plain when a prefix of it already holds more distinct bytes than
-    ``page_limit_bytes``: the Parquet writer would build that dictionary, overflow it and fall back to
-    plain encoding in every row group. Every other leaf keeps its dictionary. Only the first
-    ``_DICTIONARY_PROBE_ROWS`` rows are looked at, so deciding stays a few small hashes per column.
+    A top-level column is written plain when its distinct values in a row group of ``row_group_rows``
+    rows (default: this one's) would hold more bytes than ``page_limit_bytes``: the Parquet writer would
+    build that dictionary, overflow it and fall back to plain encoding in every row group. Every other
+    leaf keeps its dictionary. Only the first ``_DICTIONARY_PROBE_ROWS`` rows are looked at, a slice at a
+    time; a column whose distinct values still grow in step with the rows is extrapolated to the row
+    group size (the first row group is smaller than the later ones).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    target_rows = max(row_group_rows or 0, row_group.num_rows)
     plain: set[str] = set()
     for name, column in zip(row_group.column_names, row_group.columns, strict=True):
         if not _has_dictionary_encoding(column.type):
             continue
-        # The distinct values of growing prefixes, a slice at a time: a high-cardinality column
-        # overflows within a few slices, a low-cardinality one stays a small set.
         seen: pa.Array | None = None
-        for start in range(0, min(len(column), _DICTIONARY_PROBE_ROWS), _DICTIONARY_PROBE_SLICE_ROWS):
+        probed = 0
+        probe_rows = min(len(column), _DICTIONARY_PROBE_ROWS)
+        for start in range(0, probe_rows, _DICTIONARY_PROBE_SLICE_ROWS):
             distinct = pc.unique(column.slice(start, _DICTIONARY_PROBE_SLICE_ROWS).combine_chunks())
             seen = distinct if seen is None else pc.unique(pa.concat_arrays([seen, distinct]))
+            probed = min(probe_rows, start + _DICTIONARY_PROBE_SLICE_ROWS)
             if seen.nbytes > page_limit_bytes:
-                plain.add(name)
                 break
+        if seen is None:
+            continue
+        estimate = seen.nbytes
+        if estimate <= page_limit_bytes < estimate * target_rows // probed:
+            # Distinct bytes that nearly doubled from the first half of the probe to all of it keep
+            # growing with the rows (ids, timestamps): extrapolate; saturated ones (categories) do not.
+            half = pc.unique(column.slice(0, max(1, probed // 2)).combine_chunks()).nbytes
+            if estimate >= 1.5 * half:
+                estimate = estimate * target_rows // probed
+        if estimate > page_limit_bytes:
+            plain.add(name)
     if not plain:
         return True
     # A list of columns enables the dictionary for exactly those leaves: name every other leaf by the

@@ -99,3 +99,18 @@ def test_compaction_writes_overflowing_columns_plain_and_keeps_rows(
     assert not encodings["id"] & {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
     assert "RLE_DICTIONARY" in encodings["region"]
     assert "RLE_DICTIONARY" in encodings["tags.list.element"]
+
+
+def test_a_column_still_growing_is_judged_at_the_size_of_the_later_row_groups() -> None:
+    """The first row group is smaller than the later ones: 100,000 distinct ids (800 KB) fit a 1 MiB
+    dictionary page here but not in a row group four times as large, where the writer would fall back."""
+    rows = 100_000
+    first = pa.table(
+        {
+            "id": pa.array(range(rows), pa.int64()),
+            "category": pa.array([i % 7 for i in range(rows)], pa.int64()),
+        }
+    )
+
+    assert dictionary_columns(first, 1 * MiB) is True
+    assert dictionary_columns(first, 1 * MiB, row_group_rows=4 * rows) == ["category"]
