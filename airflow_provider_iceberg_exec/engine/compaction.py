@@ -35,7 +35,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ResourceLimitError,
 )
 from airflow_provider_iceberg_exec.engine.planning import FileCandidate, plan_file_groups
-from airflow_provider_iceberg_exec.engine.read import READ_AHEAD_BATCHES, read_ahead
+from airflow_provider_iceberg_exec.engine.read import READ_AHEAD_BATCHES, READ_AHEAD_BYTES, read_ahead
 from airflow_provider_iceberg_exec.engine.scan import (
     ScannedDelete,
     ScannedFile,
@@ -272,6 +272,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
                 table.io, metadata, scanned_inputs, limits=limits, spill_dir=spill_dir, stats=delete_stats
             ),
             depth=READ_AHEAD_BATCHES,
+            max_bytes=READ_AHEAD_BYTES,
         )
         try:
             batches: Iterator[pa.RecordBatch] = live

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import MIN_MEMORY_LIMIT_BYTES, ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
-from airflow_provider_iceberg_exec.engine.read import iter_data_file_batches
+from airflow_provider_iceberg_exec.engine.read import iter_data_file_batches, read_batch_rows
 from airflow_provider_iceberg_exec.engine.scan import ScannedDelete, ScannedFile
 from airflow_provider_iceberg_exec.engine.staging import CHUNKS_PER_PART, StagedParquet, remove_staged
 
@@ -433,7 +433,7 @@ def iter_live_group_batches(
             spec=specs[data_file.spec_id],
             name_mapping=name_mapping,
             format_version=metadata.format_version,
-            batch_size=limits.batch_size,
+            batch_size=read_batch_rows(data_file, limits.batch_size),
         )
         return _drop_positions(batches, deleted_positions(io, scanned), stats)
 

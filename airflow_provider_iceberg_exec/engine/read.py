@@ -11,8 +11,8 @@ joining -- over a staged copy, not the scan of the inputs (docs/adr/0001-reading
 
 from __future__ import annotations
 
+import collections
 import logging
-import queue
 import threading
 from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
@@ -27,13 +27,27 @@ if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table.name_mapping import NameMapping
 
-__all__ = ["READ_AHEAD_BATCHES", "iter_data_file_batches", "iter_group_batches", "read_ahead"]
+__all__ = [
+    "READ_AHEAD_BATCHES",
+    "READ_AHEAD_BYTES",
+    "iter_data_file_batches",
+    "iter_group_batches",
+    "read_ahead",
+    "read_batch_rows",
+]
 
 log = logging.getLogger(__name__)
 
 _READ_BUFFER_BYTES = 1 << 20
-#: Batches a rewrite reads ahead of its writer: a few MB at the default batch size.
+#: Batches a rewrite reads ahead of its writer, and their most bytes (beyond one batch).
 READ_AHEAD_BATCHES = 8
+READ_AHEAD_BYTES = 16 * 1024 * 1024
+#: Decoded bytes per batch of a streamed read: the projection into the table schema runs in Python once
+#: per batch, so 8192-row batches of narrow rows spent a fifth of the read there.
+_READ_BATCH_BYTES = 4 * 1024 * 1024
+_MAX_READ_BATCH_ROWS = 65536
+#: Decoded rows take about this many times their compressed Parquet bytes (a guess on the safe side).
+_DECODED_PER_STORED_BYTE = 2
 #: How often a blocked producer checks whether its consumer went away.
 _POLL_SECONDS = 0.1
 
@@ -124,6 +138,13 @@ def iter_data_file_batches(
             )
 
 
+def read_batch_rows(data_file: DataFile, minimum: int) -> int:
+    """Rows per batch for streaming ``data_file``: about ``_READ_BATCH_BYTES`` decoded, never below
+    ``minimum`` (the configured batch size) nor above ``_MAX_READ_BATCH_ROWS``."""
+    row_bytes = _DECODED_PER_STORED_BYTE * data_file.file_size_in_bytes // max(1, data_file.record_count)
+    return max(minimum, min(_MAX_READ_BATCH_ROWS, _READ_BATCH_BYTES // max(1, row_bytes)))
+
+
 def iter_group_batches(
     io: FileIO,
     data_files: Sequence[DataFile],
@@ -156,34 +177,71 @@ class _Raised:
 _DONE = object()
 
 
-def read_ahead(items: Iterator[T], depth: int) -> Generator[T, None, None]:
+class _Lead:
+    """The items a producer thread has made and the consumer not yet taken, bounded in count and bytes."""
+
+    def __init__(self, depth: int, max_bytes: int | None) -> None:
+        self._queued: collections.deque[tuple[object, int]] = collections.deque()
+        self._bytes = 0
+        self._depth = max(1, depth)
+        self._max_bytes = max_bytes
+        self._changed = threading.Condition()
+        self.stopped = False
+
+    def _has_room(self, size: int) -> bool:
+        if not self._queued:
+            return True  # one item, however big, always fits: the producer never stalls for good
+        if len(self._queued) >= self._depth:
+            return False
+        return self._max_bytes is None or self._bytes + size <= self._max_bytes
+
+    def put(self, item: object) -> bool:
+        """Queue ``item`` once there is room; ``False`` when the consumer went away."""
+        size = int(getattr(item, "nbytes", 0) or 0) if self._max_bytes is not None else 0
+        with self._changed:
+            while not self.stopped and not self._has_room(size):
+                self._changed.wait(_POLL_SECONDS)
+            if self.stopped:
+                return False
+            self._queued.append((item, size))
+            self._bytes += size
+            self._changed.notify_all()
+        return True
+
+    def take(self) -> object:
+        with self._changed:
+            while not self._queued:
+                self._changed.wait()
+            item, size = self._queued.popleft()
+            self._bytes -= size
+            self._changed.notify_all()
+        return item
+
+    def stop(self) -> None:
+        with self._changed:
+            self.stopped = True
+            self._changed.notify_all()
+
+
+def read_ahead(items: Iterator[T], depth: int, *, max_bytes: int | None = None) -> Generator[T, None, None]:
     """Yield ``items`` while a background thread produces up to ``depth`` of them ahead.
 
     Decoding Parquet and encoding it release the GIL, so reading the next batches on a second thread
-    while the caller writes keeps two cores busy; memory grows by at most ``depth`` batches. An error in
-    the producer is raised in the caller. Close the returned generator (``contextlib.closing``) when
-    stopping early: that stops and joins the producer, which closes ``items`` on its own thread.
+    while the caller writes keeps two cores busy. Memory grows by at most ``depth`` items, and, with
+    ``max_bytes``, by at most that many bytes of them (``nbytes``) beyond one item. An error in the
+    producer is raised in the caller. Close the returned generator (``contextlib.closing``) when stopping
+    early: that stops and joins the producer, which closes ``items`` on its own thread.
     """
-    slots: queue.Queue[object] = queue.Queue(maxsize=max(1, depth))
-    stop = threading.Event()
-
-    def offer(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                slots.put(item, timeout=_POLL_SECONDS)
-                return True
-            except queue.Full:
-                continue
-        return False
+    lead = _Lead(depth, max_bytes)
 
     def produce() -> None:
         try:
             for item in items:
-                if not offer(item):
+                if not lead.put(item):
                     return
-            offer(_DONE)
+            lead.put(_DONE)
         except BaseException as err:  # handed to the consumer, which raises it
-            offer(_Raised(err))
+            lead.put(_Raised(err))
         finally:
             close = getattr(items, "close", None)
             if close is not None:
@@ -193,12 +251,12 @@ def read_ahead(items: Iterator[T], depth: int) -> Generator[T, None, None]:
     worker.start()
     try:
         while True:
-            item = slots.get()
+            item = lead.take()
             if item is _DONE:
                 return
             if isinstance(item, _Raised):
                 raise item.error
             yield cast(T, item)
     finally:
-        stop.set()
+        lead.stop()
         worker.join()

@@ -64,3 +64,24 @@ def test_closing_early_stops_the_producer_and_closes_the_source() -> None:
     assert closed.is_set()
     assert produced <= 5
     assert not [t for t in threading.enumerate() if t.name == "iceberg-exec-read-ahead"]
+
+
+class _Sized:
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+
+
+def test_the_lead_is_bounded_in_bytes_but_one_big_item_always_passes() -> None:
+    produced = 0
+    lead: list[int] = []
+
+    def sized() -> Iterator[_Sized]:
+        nonlocal produced
+        for i in range(100):
+            produced += 1
+            yield _Sized(1000 if i % 10 else 50_000)  # every tenth item is bigger than the budget
+
+    for consumed, _ in enumerate(read_ahead(sized(), depth=50, max_bytes=3500), start=1):
+        lead.append(produced - consumed)
+    # At most 3 items of 1000 bytes queued, plus the one the producer holds while waiting.
+    assert max(lead) <= 4
