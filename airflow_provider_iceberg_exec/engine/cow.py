@@ -88,7 +88,13 @@ from airflow_provider_iceberg_exec.engine.errors import (
     DataFileReadError,
     IcebergExecError,
 )
-from airflow_provider_iceberg_exec.engine.read import iter_data_file_batches, read_ahead
+from airflow_provider_iceberg_exec.engine.read import (
+    READ_AHEAD_BATCHES,
+    READ_AHEAD_BYTES,
+    iter_data_file_batches,
+    read_ahead,
+    read_batch_rows,
+)
 from airflow_provider_iceberg_exec.engine.scan import ScannedFile, parse_where, scan_data_files
 from airflow_provider_iceberg_exec.engine.session import build_session, track_resources
 from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter, _column
@@ -1097,7 +1103,9 @@ class _Run:
         rewrite = self._triage(entry, scanned, outcome)
         if rewrite is not None:
             # Read and filter on one thread, encode and write on this one: the two overlap.
-            with closing(read_ahead(rewrite(), depth=2)) as batches:
+            with closing(
+                read_ahead(rewrite(), depth=READ_AHEAD_BATCHES, max_bytes=READ_AHEAD_BYTES)
+            ) as batches:
                 added = self._write(batches, sort_order_id=self._kept_sort_order(scanned))
             outcome.added.extend(added)
         return outcome
@@ -1206,7 +1214,7 @@ class _Run:
             spec=self.specs[data_file.spec_id],
             name_mapping=metadata.name_mapping(),
             format_version=metadata.format_version,
-            batch_size=self.limits.batch_size,
+            batch_size=read_batch_rows(data_file, self.limits.batch_size),
         )
 
     def _needs_order(self, data_file: DataFile) -> bool:
