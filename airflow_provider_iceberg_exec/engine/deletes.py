@@ -664,8 +664,6 @@ def _bucketize(
     name: str,
 ) -> list[tuple[tuple[str, int] | None, tuple[str, int] | None]]:
     """Split both staged sides by key bucket into files in ``spill_dir``: (path, bytes) per bucket."""
-    import numpy as np
-
     # Every bucket buffers its rows up to one row group: together an eighth of the memory limit.
     row_group_bytes = max(_MIN_BUCKET_ROW_GROUP_BYTES, limits.memory_limit_bytes // 8 // buckets)
     split: list[list[tuple[str, int] | None]] = []
@@ -673,29 +671,30 @@ def _bucketize(
         ctx = _join_session(limits, spill_dir)
         ctx.register_parquet("t", path)
         stagers: dict[int, StagedParquet] = {}
+
+        def stager(b: int, side: str = side, stagers: dict[int, StagedParquet] = stagers) -> StagedParquet:
+            if b not in stagers:
+                stagers[b] = StagedParquet(
+                    os.path.join(spill_dir, f"{name}-{side}-b{b}"),
+                    row_group_bytes,
+                    # Every bucket's writer is open at once: share one writer's metadata budget.
+                    chunks_per_part=max(_MIN_BUCKET_CHUNKS_PER_PART, CHUNKS_PER_PART // buckets),
+                )
+            return stagers[b]
+
         try:
+            # Chunks are gathered to about a row group per bucket before they are split, so each bucket
+            # gets one sizeable piece per round rather than a few rows per chunk.
+            pending: list[pa.RecordBatch] = []
+            pending_bytes = 0
             for chunk in ctx.sql(_bucket_sql("t", ids, key_fields, buckets, level)).execute_stream():
                 batch = chunk.to_pyarrow()
-                if not batch.num_rows:
-                    continue
-                which = batch.column(_BUCKET).to_numpy(zero_copy_only=False)
-                order = np.argsort(which, kind="stable")
-                rows = batch.drop_columns([_BUCKET])
-                ordered = which[order]
-                values, starts = np.unique(ordered, return_index=True)
-                ends = [*starts[1:], len(ordered)]
-                for bucket, start, end in zip(values, starts, ends, strict=True):
-                    b = int(bucket)
-                    if b not in stagers:
-                        stagers[b] = StagedParquet(
-                            os.path.join(spill_dir, f"{name}-{side}-b{b}"),
-                            row_group_bytes,
-                            # Every bucket's writer is open at once: share one writer's metadata budget.
-                            chunks_per_part=max(_MIN_BUCKET_CHUNKS_PER_PART, CHUNKS_PER_PART // buckets),
-                        )
-                    # take() copies the bucket's rows: a slice would pin the whole chunk while it waits
-                    # in the bucket's row group, and dozens of buckets would pin dozens of chunks.
-                    stagers[b].write(rows.take(order[int(start) : int(end)]))
+                pending.append(batch)
+                pending_bytes += batch.nbytes
+                if pending_bytes >= row_group_bytes * buckets // 4:
+                    _split_by_bucket(pending, stager)
+                    pending, pending_bytes = [], 0
+            _split_by_bucket(pending, stager)
             split.append(
                 [
                     (stagers[b].path, stagers[b].total_bytes) if b in stagers and stagers[b].close() else None
@@ -703,13 +702,35 @@ def _bucketize(
                 ]
             )
         except BaseException:
-            for stager in stagers.values():
-                stager.remove()
+            for one in stagers.values():
+                one.remove()
             for done in split:
                 for part in done:
                     _remove(part)
             raise
     return list(zip(split[0], split[1], strict=True))
+
+
+def _split_by_bucket(batches: Sequence[pa.RecordBatch], stager: Any) -> None:
+    """Write the rows of ``batches`` to the stager of their bucket (the hidden bucket column dropped).
+
+    One ``take`` copies the rows in bucket order; each bucket gets a slice of that copy, so the rows
+    of a round are held once, until the buckets' row groups are written.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    rows = pa.Table.from_batches(batches).combine_chunks() if batches else None
+    if rows is None or not rows.num_rows:
+        return
+    which = rows.column(_BUCKET).to_numpy()
+    order = np.argsort(which, kind="stable")
+    ordered = rows.drop_columns([_BUCKET]).take(order)
+    values, starts = np.unique(which[order], return_index=True)
+    ends = [*starts[1:], len(order)]
+    for bucket, start, end in zip(values, starts, ends, strict=True):
+        for piece in ordered.slice(int(start), int(end - start)).to_batches():
+            stager(int(bucket)).write(piece)
 
 
 def _stage_data(

@@ -58,22 +58,32 @@ class StagedParquet:
 
     def _flush(self) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         if not self._buffered:
             return
         table = pa.Table.from_batches(self._buffered)
         self._buffered, self._bytes = [], 0
+        # A single batch can be bigger than a row group (reads come in ~4 MiB batches): split it.
+        rows_per_group = max(1, int(table.num_rows * self._row_group_bytes / max(1, table.nbytes)))
+        while table.num_rows:
+            groups_left = max(1, (self._chunks_per_part - self._chunks) // max(1, table.num_columns))
+            piece = table.slice(0, groups_left * rows_per_group)
+            table = table.slice(piece.num_rows)
+            self._part_writer(piece.schema).write_table(piece, row_group_size=rows_per_group)
+            self._chunks += -(-piece.num_rows // rows_per_group) * piece.num_columns
+            if self._chunks >= self._chunks_per_part:
+                self._writer.close()
+                self._writer, self._chunks = None, 0
+
+    def _part_writer(self, schema: pa.Schema) -> Any:
+        import pyarrow.parquet as pq
+
         if self._writer is None:
             os.makedirs(self.path, exist_ok=True)
             part = os.path.join(self.path, f"part-{self._parts:05d}.parquet")
-            self._writer = pq.ParquetWriter(part, table.schema, compression="lz4", use_dictionary=False)
+            self._writer = pq.ParquetWriter(part, schema, compression="lz4", use_dictionary=False)
             self._parts += 1
-        self._writer.write_table(table, row_group_size=max(1, table.num_rows))
-        self._chunks += table.num_columns
-        if self._chunks >= self._chunks_per_part:
-            self._writer.close()
-            self._writer, self._chunks = None, 0
+        return self._writer
 
     def close(self) -> bool:
         """Flush and close; return whether anything was written."""
