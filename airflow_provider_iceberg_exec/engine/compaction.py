@@ -51,7 +51,7 @@ from airflow_provider_iceberg_exec.engine.sorting import (
     table_sort_keys,
     transform_of,
 )
-from airflow_provider_iceberg_exec.engine.staging import StagedParquet
+from airflow_provider_iceberg_exec.engine.staging import StagedParquet, register_staged
 from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter
 
 if TYPE_CHECKING:
@@ -709,7 +709,7 @@ def _ordered(
         # One sort over one scan partition (a split scan sorts each half in half the pool, then merges),
         # read by DataFusion's own Parquet reader: through a PyArrow dataset the same sort peaked higher.
         ctx.sql("SET datafusion.optimizer.repartition_file_scans = false").collect()
-        ctx.register_parquet("staged", stage_path)
+        register_staged(ctx, "staged", stage_path)
         frame = ctx.table("staged").sort(
             *(
                 col(name).sort(ascending=asc, nulls_first=nulls_first)

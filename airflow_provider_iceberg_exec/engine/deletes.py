@@ -34,7 +34,12 @@ from airflow_provider_iceberg_exec.engine.config import MIN_MEMORY_LIMIT_BYTES, 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
 from airflow_provider_iceberg_exec.engine.read import iter_data_file_batches, read_batch_rows
 from airflow_provider_iceberg_exec.engine.scan import ScannedDelete, ScannedFile
-from airflow_provider_iceberg_exec.engine.staging import CHUNKS_PER_PART, StagedParquet, remove_staged
+from airflow_provider_iceberg_exec.engine.staging import (
+    CHUNKS_PER_PART,
+    StagedParquet,
+    register_staged,
+    remove_staged,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -543,10 +548,10 @@ def _join_pair(
     if data_path is None:
         return
     ctx = _join_session(limits, spill_dir)
-    ctx.register_parquet("d0", data_path)
+    register_staged(ctx, "d0", data_path)
     query = "SELECT * FROM d0"
     if delete_path is not None:
-        ctx.register_parquet("e0", delete_path)
+        register_staged(ctx, "e0", delete_path)
         query = _anti_join_sql(query, "e0", ids, is_global)
     for chunk in ctx.sql(query).execute_stream():
         arrow = chunk.to_pyarrow()
@@ -669,7 +674,7 @@ def _bucketize(
     split: list[list[tuple[str, int] | None]] = []
     for side, path in (("d", data_path), ("e", delete_path)):
         ctx = _join_session(limits, spill_dir)
-        ctx.register_parquet("t", path)
+        register_staged(ctx, "t", path)
         stagers: dict[int, StagedParquet] = {}
 
         def stager(b: int, side: str = side, stagers: dict[int, StagedParquet] = stagers) -> StagedParquet:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["StagedParquet", "remove_staged"]
+__all__ = ["StagedParquet", "register_staged", "remove_staged"]
 
 #: Rows buffered before a row group is written.
 ROW_GROUP_BYTES = 256 * 1024
@@ -28,7 +28,7 @@ CHUNKS_PER_PART = 4096
 class StagedParquet:
     """Write record batches into a directory of local LZ4 Parquet part files.
 
-    :param path: the directory to create; pass it to ``SessionContext.register_parquet``.
+    :param path: the directory to create; register it with :func:`register_staged`.
     :param row_group_bytes: bytes buffered per row group.
     :param chunks_per_part: column chunks per part file; lower it when many stagers are open at once.
     """
@@ -100,6 +100,17 @@ class StagedParquet:
             self._writer = None
         self._buffered = []
         remove_staged(self.path)
+
+
+def register_staged(ctx: Any, name: str, path: str) -> None:
+    """Register a staged directory as table ``name``, its schema read from one part.
+
+    Given no schema, DataFusion infers it from every part's footer before the first row is read.
+    """
+    import pyarrow.parquet as pq
+
+    first = min(f for f in os.listdir(path) if f.endswith(".parquet"))
+    ctx.register_parquet(name, path, schema=pq.read_schema(os.path.join(path, first)))
 
 
 def remove_staged(path: str | None) -> None:
