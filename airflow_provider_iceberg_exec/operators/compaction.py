@@ -42,6 +42,7 @@ from airflow_provider_iceberg_exec.operators.commit import emit_table_asset, log
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from pyiceberg.table import Table
 
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 
@@ -379,8 +380,6 @@ class CompactionOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Plan, rewrite and commit; return the compaction result JSON."""
-        from airflow_provider_iceberg_exec.engine.compaction import compact
-
         commit_id = optional_text(self.commit_id) or commit_id_from_context(
             context, task_id=self.task_id, dag_id=self.dag_id
         )
@@ -389,25 +388,36 @@ class CompactionOperator(BaseOperator):
             _warn_pool_slots(self, limits)
             table = self.hook.load_table(self.table)
             self.log.info(
-                "Compacting %s (branch %s, where %s) with memory limit %s bytes, commit id %s",
+                "%s %s (branch %s, where %s) with memory limit %s bytes, commit id %s",
+                self._doing,
                 self.table,
                 self.branch,
                 optional_text(self.where) or "<all rows>",
                 limits.memory_limit_bytes,
                 commit_id,
             )
-            result: dict[str, Any] = compact(
-                table,
-                where=optional_text(self.where),
-                options=normalize_options(self.options),
-                strategy=optional_text(self.strategy) or "binpack",
-                sort_order=optional_text(self.sort_order),
-                branch=optional_text(self.branch) or "main",
-                limits=limits,
-                commit_id=commit_id,
-            )
+            result = self._run(table, limits, commit_id)
         log_commit_result(self, result)
         emit_table_asset(self, context, catalog=self.hook.catalog_name, table=self.table, result=result)
+        return result
+
+    #: the log's verb for what :meth:`_run` does
+    _doing = "Compacting"
+
+    def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> dict[str, Any]:
+        """The engine call: plan, rewrite and commit."""
+        from airflow_provider_iceberg_exec.engine.compaction import compact
+
+        result: dict[str, Any] = compact(
+            table,
+            where=optional_text(self.where),
+            options=normalize_options(self.options),
+            strategy=optional_text(self.strategy) or "binpack",
+            sort_order=optional_text(self.sort_order),
+            branch=optional_text(self.branch) or "main",
+            limits=limits,
+            commit_id=commit_id,
+        )
         return result
 
 

@@ -19,31 +19,21 @@ parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
-from airflow_provider_iceberg_exec.operators._common import (
-    ASSET_ALIAS,
-    commit_id_from_context,
-    engine_errors,
-    normalize_options,
-    optional_text,
-    with_asset_alias,
-)
-from airflow_provider_iceberg_exec.operators.commit import emit_table_asset, log_commit_result
-from airflow_provider_iceberg_exec.operators.compaction import _warn_pool_slots
+from airflow_provider_iceberg_exec.operators._common import ASSET_ALIAS, normalize_options, optional_text
+from airflow_provider_iceberg_exec.operators.compaction import CompactionOperator
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from pyiceberg.table import Table
+
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 
 __all__ = ["ResolveEqualityDeletesOperator"]
 
 
-class ResolveEqualityDeletesOperator(BaseOperator):
+class ResolveEqualityDeletesOperator(CompactionOperator):
     """Resolve a table's equality deletes in one task: rewrite the files they apply to, then commit.
 
     Every data file that an equality delete applies to (within ``where``) is rewritten with its deletes
@@ -84,8 +74,7 @@ class ResolveEqualityDeletesOperator(BaseOperator):
         "iceberg_exec_conn_id",
         "commit_id",
     )
-    template_fields_renderers = {"options": "json", "where": "sql"}
-    ui_color = "#7fbcf0"
+    _doing = "Resolving the equality deletes of"
 
     def __init__(
         self,
@@ -103,56 +92,31 @@ class ResolveEqualityDeletesOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(
-            outlets=with_asset_alias(kwargs.pop("outlets", None), asset_alias),
-            pool=pool if pool is not None else settings.default_pool(),
-            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
+            table=table,
+            where=where,
+            options=options,
+            branch=branch,
+            memory_limit=memory_limit,
+            iceberg_exec_conn_id=iceberg_exec_conn_id,
+            commit_id=commit_id,
+            asset_alias=asset_alias,
+            pool=pool,
+            pool_slots=pool_slots,
             **kwargs,
         )
-        self.table = table
-        self.where = where
-        self.options = options
-        self.branch = branch
-        self.memory_limit = memory_limit
-        self.iceberg_exec_conn_id = iceberg_exec_conn_id
-        self.commit_id = commit_id
-        self.asset_alias = asset_alias
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
-    def execute(self, context: Context) -> dict[str, Any]:
-        """Resolve the equality deletes; return the ``iceberg-exec/compaction-result@1`` JSON."""
+    def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> dict[str, Any]:
+        """The engine call: resolve the equality deletes and commit."""
         from airflow_provider_iceberg_exec.engine.resolve import resolve_equality_deletes
 
-        commit_id = optional_text(self.commit_id) or commit_id_from_context(
-            context, task_id=self.task_id, dag_id=self.dag_id
+        result: dict[str, Any] = resolve_equality_deletes(
+            table,
+            where=optional_text(self.where),
+            options=normalize_options(self.options),
+            branch=optional_text(self.branch) or "main",
+            limits=limits,
+            commit_id=commit_id,
         )
-        with engine_errors():
-            options = normalize_options(self.options)
-            limits = settings.resource_limits(self.memory_limit)
-            _warn_pool_slots(self, limits)
-            table = self.hook.load_table(self.table)
-            self.log.info(
-                "Resolving the equality deletes of %s (branch %s, where %s) with memory limit %s bytes, "
-                "commit id %s",
-                self.table,
-                self.branch,
-                optional_text(self.where) or "<all rows>",
-                limits.memory_limit_bytes,
-                commit_id,
-            )
-            result: dict[str, Any] = resolve_equality_deletes(
-                table,
-                where=optional_text(self.where),
-                options=options,
-                branch=optional_text(self.branch) or "main",
-                limits=limits,
-                commit_id=commit_id,
-            )
         if not result.get("snapshot_ids") and not result.get("already_committed"):
             self.log.info("Nothing to resolve in %s: no data file has equality deletes", self.table)
-        log_commit_result(self, result)
-        emit_table_asset(self, context, catalog=self.hook.catalog_name, table=self.table, result=result)
         return result

@@ -30,7 +30,7 @@ def _context(run_id: str = "manual__1") -> dict:
     return {"ti": ti, "run_id": run_id, "outlet_events": OutletEventAccessors()}
 
 
-def test_resolves_the_equality_deletes_in_one_task_and_a_retry_commits_nothing_more(demo_table):
+def test_resolves_the_equality_deletes_in_one_task_and_a_retry_reports_the_landed_commit(demo_table):
     expected = add_flink_style_equality_deletes(demo_table)
     untouched = data_files_by_region(demo_table)["apac"]
     op = ResolveEqualityDeletesOperator(task_id="resolve", table=TABLE, memory_limit="128MiB")
@@ -48,9 +48,11 @@ def test_resolves_the_equality_deletes_in_one_task_and_a_retry_commits_nothing_m
         demo_table.current_snapshot().summary["iceberg-exec.commit-id"] == "airflow:maint:manual__1:resolve"
     )
 
-    retry = op.execute(_context())  # the same task instance again: nothing left to resolve
+    retry = op.execute(_context())  # the same task instance again: it finds its commit and reports it
 
-    assert retry["snapshot_ids"] == []
+    assert retry["snapshot_ids"] == [snapshot_id]
+    assert retry["already_committed"] is True
+    assert retry["removed_delete_files_count"] == 2
     assert demo_table.refresh().current_snapshot().snapshot_id == snapshot_id
 
 
