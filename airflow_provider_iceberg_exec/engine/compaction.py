@@ -517,7 +517,11 @@ def compact(
 
 
 def _landed_result(table: Table, branch: str, commit_id: str) -> dict[str, Any] | None:
-    """The compaction result of the snapshots on ``branch`` that carry ``commit_id`` (or its batch ids)."""
+    """The compaction result of the snapshots on ``branch`` that carry ``commit_id`` (or its batch ids).
+
+    Counts come from the snapshot summaries; ``rewritten_bytes_count`` is their ``removed-files-size``,
+    which also counts the bytes of the delete files removed.
+    """
     from pyiceberg.table.snapshots import ancestors_of
 
     table.refresh()
