@@ -118,6 +118,7 @@ __all__ = [
     "IsolationLevel",
     "commit_overwrite",
     "commit_rewrite",
+    "landed_snapshots",
     "snapshot_summary_properties",
 ]
 
@@ -540,6 +541,24 @@ def _check_table(
 
 def _commit_id_of(snapshot: Snapshot) -> str | None:
     return snapshot.summary.additional_properties.get(COMMIT_ID_PROPERTY) if snapshot.summary else None
+
+
+def landed_snapshots(metadata: TableMetadata, commit_id: str, branch: str | None = None) -> list[Snapshot]:
+    """The snapshots committed under ``commit_id`` or its per-batch ids ``<commit_id>.<n>``, oldest first.
+
+    :param branch: only the branch's ancestry; ``None`` for every snapshot of the table.
+    """
+    if branch is None:
+        snapshots = list(metadata.snapshots)
+    else:
+        snapshots = list(ancestors_of(metadata.snapshot_by_name(branch), metadata))
+        snapshots.reverse()
+    landed = []
+    for snapshot in snapshots:
+        found = _commit_id_of(snapshot)
+        if found is not None and (found == commit_id or found.startswith(f"{commit_id}.")):
+            landed.append(snapshot)
+    return landed
 
 
 def _find_commit(metadata: TableMetadata, branch: str, commit_id: str) -> Snapshot | None:

@@ -16,7 +16,12 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_iceberg_exec.engine.commit import COMMIT_ID_PROPERTY, DanglingDeletes, commit_rewrite
+from airflow_provider_iceberg_exec.engine.commit import (
+    COMMIT_ID_PROPERTY,
+    DanglingDeletes,
+    commit_rewrite,
+    landed_snapshots,
+)
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, Strategy
 from airflow_provider_iceberg_exec.engine.contracts import (
     COMPACTION_PLAN,
@@ -522,20 +527,13 @@ def _landed_result(table: Table, branch: str, commit_id: str) -> dict[str, Any] 
     Counts come from the snapshot summaries; ``rewritten_bytes_count`` is their ``removed-files-size``,
     which also counts the bytes of the delete files removed.
     """
-    from pyiceberg.table.snapshots import ancestors_of
-
     table.refresh()
-    landed = []
-    for snapshot in ancestors_of(table.metadata.snapshot_by_name(branch), table.metadata):
-        found = snapshot.summary.additional_properties.get(COMMIT_ID_PROPERTY) if snapshot.summary else None
-        if found == commit_id or (found or "").startswith(f"{commit_id}."):
-            landed.append((found, snapshot))
+    landed = landed_snapshots(table.metadata, commit_id, branch)
     if not landed:
         return None
-    landed.reverse()  # oldest first, as they were committed
 
     def total(key: str) -> int:
-        return sum(int(s.summary.additional_properties.get(key, "0")) for _, s in landed if s.summary)
+        return sum(int(s.summary.additional_properties.get(key, "0")) for s in landed if s.summary)
 
     log.info("commit id %s already landed on %s: %d snapshot(s)", commit_id, branch, len(landed))
     return envelope(
@@ -547,11 +545,17 @@ def _landed_result(table: Table, branch: str, commit_id: str) -> dict[str, Any] 
             "rewritten_bytes_count": total("removed-files-size"),
             "failed_data_files_count": 0,
             "removed_delete_files_count": total("removed-delete-files"),
-            "snapshot_ids": [s.snapshot_id for _, s in landed],
+            "snapshot_ids": [s.snapshot_id for s in landed],
             "already_committed": True,
             "commits": [
-                {"commit_id": found, "snapshot_id": s.snapshot_id, "already_committed": True}
-                for found, s in landed
+                {
+                    "commit_id": s.summary.additional_properties.get(COMMIT_ID_PROPERTY)
+                    if s.summary
+                    else None,
+                    "snapshot_id": s.snapshot_id,
+                    "already_committed": True,
+                }
+                for s in landed
             ],
             "peak_rss_bytes": 0,
             "spilled_bytes": 0,

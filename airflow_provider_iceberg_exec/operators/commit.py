@@ -576,15 +576,10 @@ class CommitOperator(BaseOperator):
 
 def _landed_snapshot_ids(table: Table, commit_id: str) -> list[int]:
     """Ids of the snapshots committed under ``commit_id`` (or its per-batch ids ``<commit_id>.<n>``)."""
-    from airflow_provider_iceberg_exec.engine.commit import COMMIT_ID_PROPERTY
+    from airflow_provider_iceberg_exec.engine.commit import landed_snapshots
 
     table.refresh()
-    landed = []
-    for snapshot in table.metadata.snapshots:
-        found = snapshot.summary.get(COMMIT_ID_PROPERTY) if snapshot.summary is not None else None
-        if found is not None and (found == commit_id or found.startswith(f"{commit_id}.")):
-            landed.append(snapshot.snapshot_id)
-    return landed
+    return [snapshot.snapshot_id for snapshot in landed_snapshots(table.metadata, commit_id)]
 
 
 def _staged_uris(docs: Iterable[Mapping[str, Any]]) -> list[str]:
