@@ -610,8 +610,8 @@ def _bucket_pairs(
 
     ``data`` and ``deletes`` are staged files with their in-memory sizes. A pair that is too big is split
     into at most ``_BUCKET_FAN_OUT`` buckets by key hash, and each bucket pair again if still too big,
-    so a pass never holds more than that many open writers. Bucket files this creates are removed once
-    split further; the caller removes the ones it is handed (its own inputs aside).
+    so a pass never holds more than that many open writers. Bucket files (level > 0) are removed as soon
+    as they are split further; the caller removes the ones it is handed (its own inputs aside).
     """
     budget = _bucket_budget(join_limits)
     biggest = max(data[1], deletes[1])
@@ -622,6 +622,9 @@ def _bucket_pairs(
     split = _bucketize(
         data[0], deletes[0], ids, key_fields, fan_out, level, scan_limits, spill_dir, f"{name}-{level}"
     )
+    if level > 0:  # a bucket of the level above: split now, no longer needed
+        _remove(data)
+        _remove(deletes)
     try:
         while split:
             data_part, delete_part = split.pop(0)
@@ -630,7 +633,7 @@ def _bucket_pairs(
             elif delete_part is None:
                 yield data_part[0], None  # nothing to delete in this bucket
             else:
-                inner = _bucket_pairs(
+                yield from _bucket_pairs(
                     data_part,
                     delete_part,
                     ids,
@@ -641,11 +644,6 @@ def _bucket_pairs(
                     f"{name}-{level}.{len(split)}",
                     level + 1,
                 )
-                split_again = max(data_part[1], delete_part[1]) > budget and level + 1 < _MAX_BUCKET_LEVELS
-                yield from inner
-                if split_again:
-                    _remove(data_part)
-                    _remove(delete_part)
     finally:
         for data_part, delete_part in split:
             _remove(data_part)
