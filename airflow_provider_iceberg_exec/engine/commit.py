@@ -118,6 +118,7 @@ __all__ = [
     "IsolationLevel",
     "commit_overwrite",
     "commit_rewrite",
+    "find_commit",
     "landed_snapshots",
     "snapshot_summary_properties",
 ]
@@ -413,7 +414,7 @@ def _commit_files(
         raise TableNotFoundError(f"table {name} does not exist") from err
     _check_table(table.metadata, branch, name, removed_delete_files)
 
-    found = _find_commit(table.metadata, branch, commit_id)
+    found = find_commit(table.metadata, branch, commit_id)
     if found is not None:
         log.info(
             "Commit %s is already in %s as snapshot %s; nothing to do", commit_id, name, found.snapshot_id
@@ -561,8 +562,8 @@ def landed_snapshots(metadata: TableMetadata, commit_id: str, branch: str | None
     return landed
 
 
-def _find_commit(metadata: TableMetadata, branch: str, commit_id: str) -> Snapshot | None:
-    """Find the snapshot carrying ``commit_id``: on the branch's ancestry first, then anywhere."""
+def find_commit(metadata: TableMetadata, branch: str, commit_id: str) -> Snapshot | None:
+    """Find the snapshot carrying exactly ``commit_id``: on the branch's ancestry first, then anywhere."""
     for snapshot in ancestors_of(metadata.snapshot_by_name(branch), metadata):
         if _commit_id_of(snapshot) == commit_id:
             return snapshot
@@ -698,7 +699,7 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
         metadata = self._transaction.table_metadata
         # Our own earlier attempt cannot show up here: Transaction stops retrying as soon as it finds
         # this producer's (stable) snapshot id, before calling _commit again.
-        if (found := _find_commit(metadata, self._target_branch or "main", self._commit_id)) is not None:
+        if (found := find_commit(metadata, self._target_branch or "main", self._commit_id)) is not None:
             raise _AlreadyCommittedError(found)
         # Read and validate before writing anything, so that a failed validation leaves no file behind.
         self._attempt = self._plan_attempt(metadata)

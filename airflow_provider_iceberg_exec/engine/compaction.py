@@ -16,10 +16,12 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_iceberg_exec.engine.cleanup import delete_unreferenced, uris_of
 from airflow_provider_iceberg_exec.engine.commit import (
     COMMIT_ID_PROPERTY,
     DanglingDeletes,
     commit_rewrite,
+    find_commit,
     landed_snapshots,
 )
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, Strategy
@@ -28,14 +30,20 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     COMPACTION_RESULT,
     REWRITE_RESULT,
     REWRITE_TASK,
-    check_envelope,
     envelope,
 )
 from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_json, data_file_to_json
 from airflow_provider_iceberg_exec.engine.deletes import DeleteStats, iter_live_group_batches
+from airflow_provider_iceberg_exec.engine.documents import (
+    applied_deletes_of,
+    check_rewrite_result,
+    check_rewrite_task,
+)
 from airflow_provider_iceberg_exec.engine.errors import (
+    CommitStateUnknownError,
     CommitValidationError,
     ConfigurationError,
+    DataFileCodecError,
     IcebergExecError,
     ResourceLimitError,
 )
@@ -44,6 +52,7 @@ from airflow_provider_iceberg_exec.engine.read import READ_AHEAD_BATCHES, READ_A
 from airflow_provider_iceberg_exec.engine.scan import (
     ScannedDelete,
     ScannedFile,
+    check_branch,
     is_file_scoped,
     parse_where,
     scan_data_files,
@@ -57,6 +66,7 @@ from airflow_provider_iceberg_exec.engine.sorting import (
     transform_of,
 )
 from airflow_provider_iceberg_exec.engine.staging import StagedParquet, register_staged
+from airflow_provider_iceberg_exec.engine.verification import BaseFiles, check_rows, verify_added_files
 from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter
 
 if TYPE_CHECKING:
@@ -116,6 +126,7 @@ def plan_compaction(
             f"valid: {sorted(metadata.specs())}"
         )
     row_filter = parse_where(where, schema)
+    check_branch(metadata, branch, _table_name(table))
     snapshot = table.snapshot_by_name(branch)
     doc = {
         "table": _table_name(table),
@@ -224,7 +235,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
     :raises DataFileReadError: when an input file is missing or corrupt.
     :raises ResourceLimitError: when the memory pool or the spill disk runs out.
     """
-    check_envelope(task, REWRITE_TASK)
+    check_rewrite_task(task)
     metadata = table.metadata
     schema = metadata.schema()
     specs = metadata.specs()
@@ -327,11 +338,14 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
             "rewritten_data_files": [e["data-file"] for e in entries],
             "added_data_files": [data_file_to_json(f, output_spec, schema) for f in added],
             "removed_delete_files": list(task.get("removed_delete_files", [])),
+            "applied_deletes": {str(e["data-file"]["file-path"]): applied_deletes_of(e) for e in entries},
             "rewritten_bytes_count": sum(f.file_size_in_bytes for f in inputs),
             "added_bytes_count": added_bytes,
             "rewritten_records": expected_rows,
             "added_records": writer.rows_written,
             "deleted_records": delete_stats.rows_deleted,
+            "position_deleted_records": delete_stats.position_deleted,
+            "equality_deleted_records": delete_stats.equality_deleted,
             "peak_rss_bytes": stats.peak_rss_bytes,
             "spilled_bytes": stats.spilled_bytes,
             "elapsed_seconds": round(stats.elapsed_seconds, 3),
@@ -354,7 +368,7 @@ def commit_compaction(
     :raises CommitConflictError: when the catalog kept rejecting the commit (retry later).
     :raises CommitStateUnknownError: when the catalog's answer is unknown.
     """
-    docs = [check_envelope(r, REWRITE_RESULT) for r in results]
+    docs = [check_rewrite_result(r) for r in results]
     summary: dict[str, Any] = {
         "table": _table_name(table),
         "rewritten_data_files_count": 0,
@@ -371,19 +385,24 @@ def commit_compaction(
     if not docs:
         log.info("nothing to commit for %s", summary["table"])
         return envelope(COMPACTION_RESULT, summary)
-    bases = {(d["table"], d["base_snapshot_id"], d.get("branch", "main")) for d in docs}
+    bases = {(d["table"], d["base_snapshot_id"], d["branch"]) for d in docs}
     if len(bases) != 1:
         raise ConfigurationError(
             f"results come from different plans {sorted(map(str, bases))}; commit each plan alone"
         )
-    (_, base_snapshot_id, branch) = bases.pop()
+    (name, base_snapshot_id, branch) = bases.pop()
+    if name != summary["table"]:
+        raise ConfigurationError(f"the results are for table {name}, not {summary['table']}")
+    _check_groups_once(docs)
     options = CompactionOptions.from_options(docs[0].get("options"))
     batches: dict[int, list[Mapping[str, Any]]] = {}
     for doc in docs:
-        batches.setdefault(int(doc.get("commit_batch", 0)), []).append(doc)
+        batches.setdefault(int(doc["commit_batch"]), []).append(doc)
     table.refresh()
+    check_branch(table.metadata, branch, _table_name(table))
     schema = table.metadata.schema()
     specs = table.metadata.specs()
+    base_files: BaseFiles | None = None
     failed_commits = 0
     all_already = True
     for number, batch in sorted(batches.items()):
@@ -394,8 +413,12 @@ def commit_compaction(
         # a concurrent commit made them apply again) and, with remove-dangling-deletes, every other one.
         dangling = DanglingDeletes.ALL if options.remove_dangling_deletes else DanglingDeletes.REWRITTEN
         batch_id = commit_id if len(batches) == 1 else f"{commit_id}.{number}"
+        if find_commit(table.metadata, branch, batch_id) is None:
+            # What the results claim is proven before anything is committed: a bad claim refuses the
+            # whole call and deletes nothing (the document cannot say what is safe to delete).
+            base_files = base_files or BaseFiles(table, int(base_snapshot_id))
+            _verify_batch(table, base_files, batch, specs, schema)
         try:
-            _check_outputs_exist(table, added)
             outcome = commit_rewrite(
                 table,
                 base_snapshot_id=int(base_snapshot_id),
@@ -406,14 +429,12 @@ def commit_compaction(
                 branch=branch,
                 dangling_deletes=dangling,
             )
-        except ConfigurationError:
-            # E.g. a format-version 3 table: nothing was committed and these files never will be.
-            _delete_quietly(table, added)
-            raise
-        except CommitValidationError as err:
-            # Validation failures repeat on any retry, so the new files can never be committed.
-            _delete_quietly(table, added)
-            if not options.partial_progress_enabled:
+        except (ConfigurationError, CommitValidationError) as err:
+            # E.g. a format-version 3 table, or files gone meanwhile: nothing was committed, and the
+            # validation fails again on any retry, so the new files are never committed. Only those the
+            # table does not reference are removed (a rerun's files may be live through another commit).
+            delete_unreferenced(table, [f.file_path for f in added], what=f"uncommitted output of {batch_id}")
+            if isinstance(err, ConfigurationError) or not options.partial_progress_enabled:
                 raise
             failed_commits += 1
             summary["failed_data_files_count"] += len(rewritten)
@@ -487,32 +508,32 @@ def compact(
     resolved = CompactionOptions.from_options(plan["options"])
     results: list[dict[str, Any]] = []
     failed_files = 0
-    for number, task in enumerate(plan["tasks"], start=1):
-        log.info(
-            "rewriting group %d of %d (%s, %d files)",
-            number,
-            len(plan["tasks"]),
-            task["group_id"],
-            len(task["data_files"]),
+    try:
+        for number, task in enumerate(plan["tasks"], start=1):
+            log.info(
+                "rewriting group %d of %d (%s, %d files)",
+                number,
+                len(plan["tasks"]),
+                task["group_id"],
+                len(task["data_files"]),
+            )
+            try:
+                results.append(execute_rewrite_task(table, task, limits))
+            except IcebergExecError:
+                if not resolved.partial_progress_enabled:
+                    raise
+                failed_files += len(task["data_files"])
+                log.exception("group %s failed; continuing under partial progress", task["group_id"])
+        outcome = commit_compaction(
+            table, results, commit_id=commit_id or uuid.uuid4().hex, failed_data_files_count=failed_files
         )
-        try:
-            results.append(execute_rewrite_task(table, task, limits))
-        except IcebergExecError:
-            if not resolved.partial_progress_enabled:
-                for done in results:
-                    _delete_quietly(
-                        table,
-                        [
-                            data_file_from_json(f, table.metadata.specs(), table.metadata.schema())
-                            for f in done["added_data_files"]
-                        ],
-                    )
-                raise
-            failed_files += len(task["data_files"])
-            log.exception("group %s failed; continuing under partial progress", task["group_id"])
-    outcome = commit_compaction(
-        table, results, commit_id=commit_id or uuid.uuid4().hex, failed_data_files_count=failed_files
-    )
+    except CommitStateUnknownError:
+        raise  # the files may be live now: never delete them
+    except BaseException:
+        # Nothing this call wrote can be committed any more; what the table does not reference goes.
+        written = [uri for done in results for uri in uris_of(done["added_data_files"])]
+        delete_unreferenced(table, written, what="output of a failed compaction")
+        raise
     outcome["plan"] = {
         "base_snapshot_id": plan["base_snapshot_id"],
         "groups": len(plan["tasks"]),
@@ -773,18 +794,36 @@ def _resource_error(err: BaseException) -> BaseException:
     return err
 
 
-def _check_outputs_exist(table: Table, added: Sequence[DataFile]) -> None:
-    for data_file in added:
-        if not table.io.new_input(data_file.file_path).exists():
-            raise CommitValidationError(
-                f"output file {data_file.file_path} no longer exists (an earlier failed commit removed it); "
-                "plan and rewrite again"
-            )
+def _verify_batch(
+    table: Table,
+    base_files: BaseFiles,
+    batch: Sequence[Mapping[str, Any]],
+    specs: Mapping[int, PartitionSpec],
+    schema: Schema,
+) -> None:
+    """Prove each result of a commit batch against the base snapshot and the storage, rows included."""
+    for doc in batch:
+        rewritten = [data_file_from_json(f, specs, schema) for f in doc["rewritten_data_files"]]
+        added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]
+        verify_added_files(table, added)
+        removed = base_files.check_removed(rewritten, doc["applied_deletes"])
+        check_rows(
+            removed,
+            kept=sum(f.record_count for f in added),
+            by_deletes=int(doc["deleted_records"]),
+            by_position_deletes=int(doc["position_deleted_records"]),
+            what=f"group {doc['group_id']}",
+        )
 
 
-def _delete_quietly(table: Table, files: Sequence[DataFile]) -> None:
-    for data_file in files:
-        try:
-            table.io.delete(data_file.file_path)
-        except (FileNotFoundError, OSError):
-            log.warning("could not remove %s", data_file.file_path)
+def _check_groups_once(docs: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse results that repeat a group or rewrite a file twice: a file is replaced once."""
+    groups = [d["group_id"] for d in docs]
+    if len(set(groups)) != len(groups):
+        raise DataFileCodecError("the results list a group more than once; commit each group's result once")
+    paths = [f["file-path"] for d in docs for f in d["rewritten_data_files"]]
+    if len(set(paths)) != len(paths):
+        raise DataFileCodecError("the results rewrite a data file twice; commit each plan once")
+    added = [f["file-path"] for d in docs for f in d["added_data_files"]]
+    if len(set(added)) != len(added) or set(added) & set(paths):
+        raise DataFileCodecError("the results add a file twice, or add a file they also rewrite")

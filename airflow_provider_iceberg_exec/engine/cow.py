@@ -58,10 +58,14 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.expressions.visitors import BoundBooleanExpressionVisitor, bind, rewrite_not, visit
 
-from airflow_provider_iceberg_exec.engine.commit import DanglingDeletes, IsolationLevel, commit_overwrite
+from airflow_provider_iceberg_exec.engine.cleanup import delete_unreferenced, uris_of
+from airflow_provider_iceberg_exec.engine.commit import (
+    DanglingDeletes,
+    IsolationLevel,
+    commit_overwrite,
+    find_commit,
+)
 from airflow_provider_iceberg_exec.engine.compaction import (
-    _check_outputs_exist,
-    _delete_quietly,
     _delete_targets,
     _has_equality_deletes,
     _ordered,
@@ -76,15 +80,20 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     COW_PLAN,
     COW_RESULT,
     COW_TASK,
-    check_envelope,
     envelope,
 )
 from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_json, data_file_to_json
 from airflow_provider_iceberg_exec.engine.deletes import DeleteStats, iter_live_group_batches
+from airflow_provider_iceberg_exec.engine.documents import (
+    applied_deletes_of,
+    check_cow_result,
+    check_cow_task,
+)
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitStateUnknownError,
     CommitValidationError,
     ConfigurationError,
+    DataFileCodecError,
     DataFileReadError,
     IcebergExecError,
 )
@@ -95,8 +104,9 @@ from airflow_provider_iceberg_exec.engine.read import (
     read_ahead,
     read_batch_rows,
 )
-from airflow_provider_iceberg_exec.engine.scan import ScannedFile, parse_where, scan_data_files
+from airflow_provider_iceberg_exec.engine.scan import ScannedFile, check_branch, parse_where, scan_data_files
 from airflow_provider_iceberg_exec.engine.session import build_session, track_resources
+from airflow_provider_iceberg_exec.engine.verification import BaseFiles, check_rows, verify_added_files
 from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter, _column
 
 if TYPE_CHECKING:
@@ -105,6 +115,7 @@ if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression, BoundTerm
     from pyiceberg.expressions.literals import Literal
     from pyiceberg.manifest import DataFile
+    from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
@@ -713,6 +724,7 @@ def plan_cow_rewrite(
     elif source_files:
         raise ConfigurationError(f"files to load apply to overwrite only, not to {kind}")
 
+    check_branch(metadata, branch, _table_name(table))
     snapshot = table.snapshot_by_name(branch)
     common = {
         "table": _table_name(table),
@@ -859,6 +871,7 @@ class _Counts:
     updated_rows: int = 0
     inserted_rows: int = 0
     rewritten_rows: int = 0
+    delete_file_rows: int = 0
     read_bytes: int = 0
     probed_files: int = 0
     untouched_files: int = 0
@@ -867,6 +880,7 @@ class _Counts:
     rewritten_files: int = 0
     removed: list[dict[str, Any]] = field(default_factory=list)
     removed_deletes: list[dict[str, Any]] = field(default_factory=list)
+    applied_deletes: dict[str, dict[str, Any]] = field(default_factory=dict)
     added: list[DataFile] = field(default_factory=list)
 
     def merge(self, other: _Counts) -> None:
@@ -875,12 +889,14 @@ class _Counts:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.removed.extend(other.removed)
         self.removed_deletes.extend(other.removed_deletes)
+        self.applied_deletes.update(other.applied_deletes)
         self.added.extend(other.added)
 
     def remove(self, entry: Mapping[str, Any]) -> None:
         """Record the removal of a task entry's data file, and of the delete files only it needed."""
         self.removed.append(dict(entry["data-file"]))
         self.removed_deletes.extend(entry.get("removable-delete-files") or [])
+        self.applied_deletes[str(entry["data-file"]["file-path"])] = applied_deletes_of(entry)
 
 
 _COUNT_FIELDS = (
@@ -888,6 +904,7 @@ _COUNT_FIELDS = (
     "updated_rows",
     "inserted_rows",
     "rewritten_rows",
+    "delete_file_rows",
     "read_bytes",
     "probed_files",
     "untouched_files",
@@ -914,7 +931,7 @@ def execute_cow_task(table: Table, task: Mapping[str, Any], limits: ResourceLimi
     :raises DataFileReadError: when an input file is missing or corrupt.
     :raises ResourceLimitError: when the memory pool or the spill disk runs out.
     """
-    doc = check_envelope(task, COW_TASK)
+    doc = check_cow_task(task)
     metadata = table.metadata
     schema = metadata.schema()
     if int(doc["schema_id"]) != schema.schema_id:
@@ -971,6 +988,7 @@ def execute_cow_task(table: Table, task: Mapping[str, Any], limits: ResourceLimi
             "task_id": doc.get("task_id"),
             "removed_data_files": counts.removed,
             "removed_delete_files": counts.removed_deletes,
+            "applied_deletes": counts.applied_deletes,
             "added_data_files": [data_file_to_json(f, output_spec, schema) for f in added],
             "rewritten_data_files_count": counts.rewritten_files,
             "dropped_data_files_count": counts.dropped_files,
@@ -981,6 +999,7 @@ def execute_cow_task(table: Table, task: Mapping[str, Any], limits: ResourceLimi
             "updated_rows": counts.updated_rows,
             "inserted_rows": counts.inserted_rows,
             "rewritten_rows": counts.rewritten_rows,
+            "delete_file_rows": counts.delete_file_rows,
             "read_bytes": counts.read_bytes,
             "written_bytes": written_bytes,
             "peak_rss_bytes": stats.peak_rss_bytes,
@@ -1123,6 +1142,7 @@ class _Run:
         outcome.remove(entry)
         if probed is not None and self.kind != "update":
             outcome.deleted_rows += probed[0]
+            outcome.delete_file_rows += data_file.record_count - probed[1]
             outcome.dropped_files += 1
             return None
         outcome.rewritten_files += 1
@@ -1185,6 +1205,7 @@ class _Run:
                 outcome.deleted_rows += matched
                 outcome.rewritten_rows += out.num_rows
             yield out
+        outcome.delete_file_rows += data_file.record_count - seen
         consistent = (
             0 < matched_total < seen if expected_matches is None else matched_total == expected_matches
         )
@@ -1304,7 +1325,7 @@ def commit_cow_rewrite(
     :raises CommitConflictError: when the catalog kept rejecting the commit (retry later).
     :raises CommitStateUnknownError: when the catalog's answer is unknown.
     """
-    docs = [check_envelope(r, COW_RESULT) for r in results]
+    docs = [check_cow_result(r) for r in results]
     summary: dict[str, Any] = {
         "table": _table_name(table),
         "operation": None,
@@ -1329,23 +1350,33 @@ def commit_cow_rewrite(
     if len(plans) != 1:
         raise ConfigurationError("results come from different plans; commit each plan alone")
     first = docs[0]
+    if first["table"] != summary["table"]:
+        raise ConfigurationError(f"the results are for table {first['table']}, not {summary['table']}")
+    if len({d["task_id"] for d in docs}) != len(docs):
+        raise DataFileCodecError("the results list a task more than once; commit each task's result once")
     summary["operation"] = first["operation"]
     summary["isolation_level"] = first["isolation_level"]
     table.refresh()
+    branch = str(first["branch"])
+    check_branch(table.metadata, branch, summary["table"])
     schema = table.metadata.schema()
     specs = table.metadata.specs()
     deleted = [data_file_from_json(f, specs, schema) for d in docs for f in d["removed_data_files"]]
     added = [data_file_from_json(f, specs, schema) for d in docs for f in d["added_data_files"]]
     if len({f.file_path for f in deleted}) != len(deleted):
         raise ConfigurationError("results remove the same data file twice; commit each plan once")
+    if len({f.file_path for f in added}) != len(added):
+        raise DataFileCodecError("the results add the same file twice; commit each plan once")
     summary["deleted_data_files_count"] = len(deleted)
     summary["added_data_files_count"] = len(added)
     if not deleted and not added:
         log.info("no row of %s matches %s: nothing to commit", summary["table"], first["where"])
         return envelope(COW_COMMIT_RESULT, summary)
-    _check_outputs_exist(table, added)
     base = first.get("base_snapshot_id")
-    branch = str(first.get("branch") or "main")
+    predicate = parse_where(str(first["where"]), schema)
+    if find_commit(table.metadata, branch, commit_id) is None:
+        # What the results claim is proven first; a bad claim refuses and deletes nothing.
+        _verify_results(table, docs, BaseFiles(table, base, predicate), specs, schema)
     try:
         # The deletes to drop are decided by the commit, on the branch head it commits on (on every
         # retry): those that applied to the removed files and, after the commit, apply to no live data
@@ -1358,15 +1389,16 @@ def commit_cow_rewrite(
             deleted_data_files=deleted,
             added_data_files=added,
             dangling_deletes=DanglingDeletes.REWRITTEN,
-            conflict_detection_filter=parse_where(str(first["where"]), schema),
+            conflict_detection_filter=predicate,
             isolation_level=str(first["isolation_level"]),
             commit_id=commit_id,
             branch=branch,
             snapshot_properties={"iceberg-exec.operation": str(first["operation"])},
         )
     except CommitValidationError:
-        # A validation failure repeats on any retry: these files can never be committed.
-        _delete_quietly(table, added)
+        # A validation failure repeats on any retry: these files can never be committed. Only those
+        # the table does not reference go (the same results may have landed under another commit id).
+        delete_unreferenced(table, [f.file_path for f in added], what=f"uncommitted output of {commit_id}")
         raise
     summary["snapshot_ids"] = [outcome.snapshot_id]
     summary["removed_delete_files_count"] = int(outcome.summary.get("removed-delete-files", "0"))
@@ -1387,6 +1419,27 @@ def commit_cow_rewrite(
         summary["inserted_rows"],
     )
     return envelope(COW_COMMIT_RESULT, summary)
+
+
+def _verify_results(
+    table: Table,
+    docs: Sequence[Mapping[str, Any]],
+    base_files: BaseFiles,
+    specs: Mapping[int, PartitionSpec],
+    schema: Schema,
+) -> None:
+    """Prove each task result against the base snapshot and the storage, its rows included."""
+    for doc in docs:
+        removed = [data_file_from_json(f, specs, schema) for f in doc["removed_data_files"]]
+        added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]
+        verify_added_files(table, added)
+        check_rows(
+            base_files.check_removed(removed, doc["applied_deletes"]),
+            kept=sum(f.record_count for f in added) - int(doc["inserted_rows"]),
+            by_deletes=int(doc["delete_file_rows"]),
+            by_operation=int(doc["deleted_rows"]),
+            what=f"task {doc['task_id']}",
+        )
 
 
 _ROW_AND_BYTE_KEYS = (
@@ -1437,14 +1490,12 @@ def cow_rewrite(
             log.info("running %s task %d of %d", plan["operation"], number, len(plan["tasks"]))
             results.append(execute_cow_task(table, task, limits))
         outcome = commit_cow_rewrite(table, results, commit_id=commit_id or uuid.uuid4().hex)
-    except (CommitStateUnknownError, CommitValidationError):
-        raise  # unknown: the files may be live now, never delete them; validation: already deleted
+    except CommitStateUnknownError:
+        raise  # the files may be live now: never delete them
     except BaseException:
-        specs, schema = table.metadata.specs(), table.metadata.schema()
-        for result in results:
-            _delete_quietly(
-                table, [data_file_from_json(f, specs, schema) for f in result["added_data_files"]]
-            )
+        # Nothing this call wrote can be committed any more; what the table does not reference goes.
+        written = [uri for result in results for uri in uris_of(result["added_data_files"])]
+        delete_unreferenced(table, written, what=f"output of a failed {operation}")
         raise
     outcome["plan"] = {
         "base_snapshot_id": plan["base_snapshot_id"],

@@ -21,8 +21,9 @@ The scan, in bounded memory:
    category comes back empty for a table with snapshots; applies ``prefix_mismatch_mode``;
 6. streams the orphans into the list file.
 
-The delete step re-reads the table before each batch: a file that a commit made since the scan references
-is kept, as is a file that was replaced by a younger one.
+The delete step never trusts the list: before each batch it refreshes the table and proves every candidate
+unreferenced by the complete reference set of the current metadata (:mod:`.cleanup`), refuses paths outside
+the table's locations, and re-applies the age fence to each file right before deleting it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_iceberg_exec.engine.cleanup import referenced_paths, table_roots, under_roots
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import (
     ORPHAN_DELETE_RESULT,
@@ -47,6 +49,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     check_envelope,
     envelope,
 )
+from airflow_provider_iceberg_exec.engine.documents import check_orphan_scan_result
 from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
     DataFileCodecError,
@@ -64,10 +67,8 @@ from airflow_provider_iceberg_exec.engine.reachable import (
     datafusion_errors,
     filesystem_for,
     gc_enabled,
-    iter_live_content_files,
     parse_older_than,
     path_hash,
-    snapshot_manifests,
     stage_table_references,
     staged_session,
 )
@@ -78,7 +79,6 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
     from datafusion import SessionContext
     from pyiceberg.io import FileIO
-    from pyiceberg.manifest import ManifestFile
     from pyiceberg.table import Table
 
 __all__ = [
@@ -302,7 +302,9 @@ def remove_orphan_files(
     doc = scan_orphan_files(table, **scan_options)
     if dry_run:
         return doc
-    doc["delete"] = delete_orphan_files(table, doc, max_concurrent_deletes=max_concurrent_deletes)
+    doc["delete"] = delete_orphan_files(
+        table, doc, max_concurrent_deletes=max_concurrent_deletes, force=bool(scan_options.get("force"))
+    )
     doc["dry_run"] = False
     return doc
 
@@ -340,57 +342,78 @@ def delete_orphan_files(
     dry_run: bool = False,
     batch_size: int = DEFAULT_DELETE_BATCH_SIZE,
     max_concurrent_deletes: int = DEFAULT_MAX_CONCURRENT_DELETES,
+    force: bool = False,
+    now: datetime.datetime | None = None,
 ) -> dict[str, Any]:
-    """Delete the files of a scan's orphan list, re-checking the table before each batch.
+    """Delete the files of a scan's orphan list, proving each one unreferenced right before its batch.
 
-    Before each batch the table is refreshed; a file that the current metadata references (through a
-    manifest written since the scan, or as a manifest, manifest list, metadata or statistics file) is kept
-    and counted in ``skipped_referenced_count``. A file that is gone is counted in ``missing_file_count``;
-    one modified at or after the scan's ``older_than`` in ``skipped_younger_count``. Every path must lie
-    under the scan's locations, or nothing is deleted.
+    The list is a document like any other: it is never trusted to say what is safe to delete. Before each
+    batch the table is refreshed and every candidate is checked against the complete reference set of
+    the current metadata (:func:`~.cleanup.referenced_paths`: every snapshot's manifests, refs, the
+    metadata log, statistics and partition statistics); a referenced one is kept and counted in
+    ``skipped_referenced_count``. Every path must lie under the table's own current locations, or nothing
+    is deleted. The age fence is re-applied to each file right before it is deleted: one modified at or
+    after the cutoff is kept (``skipped_younger_count``); the cutoff is the scan's ``older_than``, but never
+    less than 24 hours ago unless ``force``. A file that is gone is counted in ``missing_file_count``.
 
     :param scan_result: the scan's result document (:func:`read_orphan_scan_result` reads one).
     :param dry_run: check and count, delete nothing.
     :param batch_size: paths per batch (Java's 100,000).
     :param max_concurrent_deletes: parallel deletes (file systems without bulk delete).
+    :param force: accept the scan's ``older_than`` even when it is less than 24 hours ago.
+    :param now: the current time (for tests).
     :returns: ``iceberg-exec/orphan-delete-result@1`` with ``deleted_file_count`` and ``deleted_bytes_count``.
     :raises ConfigurationError: for ``gc.enabled=false``, a result of another table, or a listed path
-        outside the scanned locations.
-    :raises DataFileCodecError: when ``scan_result`` is not a scan result.
+        outside the table's locations.
+    :raises DataFileCodecError: when ``scan_result`` is not a complete scan result.
 
     >>> # delete_orphan_files(table, read_orphan_scan_result(table.io, uri), dry_run=True)
     """
-    doc = check_envelope(scan_result, ORPHAN_SCAN_RESULT)
+    doc = check_orphan_scan_result(scan_result)
     if batch_size < 1 or max_concurrent_deletes < 1:
         raise ConfigurationError("batch_size and max_concurrent_deletes must be >= 1")
     name = _table_name(table)
     table.refresh()
-    if doc.get("table") != name or doc.get("table_uuid") not in (None, str(table.metadata.table_uuid)):
-        raise ConfigurationError(f"the scan result is for table {doc.get('table')!r}, not {name!r}")
+    if doc["table"] != name:
+        raise ConfigurationError(f"the scan result is for table {doc['table']!r}, not {name!r}")
+    if doc.get("table_uuid") not in (None, str(table.metadata.table_uuid)):
+        raise ConfigurationError(
+            f"the scan result is for another table named {name!r} (uuid {doc['table_uuid']}, now "
+            f"{table.metadata.table_uuid}): the table was dropped and created again; scan it again"
+        )
     if not gc_enabled(table.metadata.properties):
         raise ConfigurationError(_GC_MESSAGE)
     normalizer = PathNormalizer.of(doc.get("equal_schemes"), doc.get("equal_authorities"))
     list_uri = str(doc["orphan_list_uri"])
-    roots = [normalizer.split(str(loc))[2].rstrip("/") + "/" for loc in doc.get("locations", [])]
-    if not roots:
-        raise DataFileCodecError("the scan result lists no locations")
+    # Under the scan's locations (what was listed) and under the table's own current locations.
+    scanned = [normalizer.split(str(loc))[2].rstrip("/") + "/" for loc in doc["locations"]]
+    roots = table_roots(table.metadata)
     for uri in _read_lines(table.io, list_uri):
-        if not normalizer.split(uri)[2].startswith(tuple(roots)):
+        if not (under_roots(uri, scanned) and under_roots(uri, roots)):
             raise ConfigurationError(
-                f"{uri} in {list_uri} is outside the scanned locations {doc['locations']}; nothing deleted"
+                f"{uri} in {list_uri} is outside the scanned locations {doc['locations']} or the locations "
+                f"of {name}; nothing deleted"
             )
-    checker = _CurrentReferences(table, str(doc.get("metadata_location") or ""), normalizer)
-    deleter = _Deleter(table.io, int(doc["older_than_ms"]), dry_run, max_concurrent_deletes)
+    now_ms = int((now or datetime.datetime.now(datetime.timezone.utc)).timestamp() * 1000)
+    fence_ms = now_ms - int(MIN_ORPHAN_AGE.total_seconds() * 1000)
+    cutoff_ms = int(doc["older_than_ms"]) if force else min(int(doc["older_than_ms"]), fence_ms)
+    if cutoff_ms != int(doc["older_than_ms"]):
+        log.warning(
+            "%s: the scan's older_than is less than 24 hours ago; files modified in the last 24 hours are "
+            "kept (pass force to accept it)",
+            name,
+        )
+    deleter = _Deleter(table.io, cutoff_ms, dry_run, max_concurrent_deletes)
     counts = _DeleteCounts()
     started = time.monotonic()
     batch: list[str] = []
     for uri in _read_lines(table.io, list_uri):
         batch.append(uri)
         if len(batch) >= batch_size:
-            _delete_batch(table, batch, checker, deleter, counts, normalizer)
+            _delete_batch(table, batch, deleter, counts, normalizer)
             batch = []
     if batch:
-        _delete_batch(table, batch, checker, deleter, counts, normalizer)
+        _delete_batch(table, batch, deleter, counts, normalizer)
     result = envelope(
         ORPHAN_DELETE_RESULT,
         {
@@ -413,7 +436,7 @@ def delete_orphan_files(
     level = logging.WARNING if counts.failed or counts.referenced else logging.INFO
     log.log(
         level,
-        "%s: %s %d of %d orphan file(s), %d bytes; kept %d referenced since the scan, %d younger; %d gone, "
+        "%s: %s %d of %d orphan file(s), %d bytes; kept %d the table references, %d younger; %d gone, "
         "%d failed",
         name,
         "would delete" if dry_run else "deleted",
@@ -445,20 +468,20 @@ class _DeleteCounts:
 def _delete_batch(
     table: Table,
     batch: Sequence[str],
-    checker: _CurrentReferences,
     deleter: _Deleter,
     counts: _DeleteCounts,
     normalizer: PathNormalizer,
 ) -> None:
+    """Prove a batch unreferenced against the metadata of this moment, then delete it."""
     counts.batches += 1
     counts.candidates += len(batch)
-    checker.refresh()
+    table.refresh()
     if not gc_enabled(table.metadata.properties):
         raise ConfigurationError(_GC_MESSAGE)
+    referenced = referenced_paths(table.io, table.metadata, table.metadata_location, batch)
     by_path = {normalizer.split(uri)[2]: uri for uri in batch}
-    referenced = checker.referenced(by_path.keys())
-    for path in sorted(referenced):
-        log.warning("keeping %s: the table references it since the scan", by_path[path])
+    for path in sorted(referenced & by_path.keys()):
+        log.warning("keeping %s: the table references it", by_path[path])
         counts.referenced += 1
         if len(counts.referenced_sample) < SAMPLE_SIZE:
             counts.referenced_sample.append(by_path[path])
@@ -475,67 +498,6 @@ def _delete_batch(
             counts.failed += 1
             if len(counts.failed_sample) < SAMPLE_SIZE:
                 counts.failed_sample.append(f"{uri}: {outcome}")
-
-
-class _CurrentReferences:
-    """What the current metadata references beyond the scan's: checked before each delete batch.
-
-    Manifests are immutable, so a file listed as orphan against the scan's metadata can only have become
-    referenced through a manifest that metadata did not have, or as one of the few non-manifest references
-    (manifests, manifest lists, metadata files, statistics files), which are held as a set.
-    """
-
-    def __init__(self, table: Table, scan_metadata_location: str, normalizer: PathNormalizer) -> None:
-        self.table = table
-        self.normalizer = normalizer
-        self.metadata_location: str | None = None
-        self.new_manifests: list[ManifestFile] = []
-        self.other_paths: set[str] = set()
-        self.known_manifests: set[str] | None = None
-        if scan_metadata_location:
-            try:
-                from pyiceberg.serializers import FromInputFile
-
-                scanned = FromInputFile.table_metadata(table.io.new_input(scan_metadata_location))
-                self.known_manifests = set(snapshot_manifests(table.io, scanned.snapshots))
-            except (FileNotFoundError, OSError, ValueError) as err:
-                log.warning(
-                    "cannot read the scan's metadata %s (%s): checking every manifest before each batch",
-                    scan_metadata_location,
-                    err,
-                )
-
-    def refresh(self) -> None:
-        table = self.table
-        table.refresh()
-        if table.metadata_location == self.metadata_location:
-            return
-        metadata = table.metadata
-        manifests = snapshot_manifests(table.io, metadata.snapshots)
-        known = self.known_manifests
-        self.new_manifests = [m for path, m in manifests.items() if known is None or path not in known]
-        split = self.normalizer.split
-        others = [*manifests, *(s.manifest_list for s in metadata.snapshots)]
-        others += [s.statistics_path for s in metadata.statistics]
-        others += [s.statistics_path for s in metadata.partition_statistics]
-        others += [e.metadata_file for e in metadata.metadata_log]
-        others += [table.metadata_location, f"{metadata.location.rstrip('/')}/metadata/version-hint.text"]
-        self.other_paths = {split(uri)[2] for uri in others}
-        self.metadata_location = table.metadata_location
-        log.debug(
-            "metadata %s: %d manifest(s) new since the scan", self.metadata_location, len(self.new_manifests)
-        )
-
-    def referenced(self, paths: Any) -> set[str]:
-        wanted = set(paths)
-        hits = wanted & self.other_paths
-        split = self.normalizer.split
-        for manifest in self.new_manifests:
-            for file_path, _kind in iter_live_content_files(self.table.io, manifest):
-                path = split(file_path)[2]
-                if path in wanted:
-                    hits.add(path)
-        return hits
 
 
 class _Deleter:

@@ -24,6 +24,7 @@ __all__ = [
     "ScannedDelete",
     "ScannedFile",
     "SnapshotFiles",
+    "check_branch",
     "is_file_scoped",
     "parse_where",
     "scan_data_files",
@@ -62,6 +63,23 @@ class SnapshotFiles:
 
     data_files: tuple[ScannedFile, ...]
     delete_files: tuple[ScannedDelete, ...]
+
+
+def check_branch(metadata: TableMetadata, branch: str, name: str) -> None:
+    """Refuse a branch the table does not have, or a tag; ``main`` may be absent (no snapshot yet).
+
+    :raises ConfigurationError: naming the table's branches.
+    """
+    from pyiceberg.table.refs import SnapshotRefType
+
+    ref = metadata.refs.get(branch)
+    if ref is None and branch != "main":
+        known = sorted(n for n, r in metadata.refs.items() if r.snapshot_ref_type == SnapshotRefType.BRANCH)
+        raise ConfigurationError(
+            f"branch {branch!r} does not exist in {name}; its branches: {', '.join(known) or 'none yet'}"
+        )
+    if ref is not None and ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+        raise ConfigurationError(f"{branch} is a tag of {name}, not a branch")
 
 
 def parse_where(where: str | None, schema: Schema) -> BooleanExpression:

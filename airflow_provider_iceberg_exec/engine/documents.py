@@ -1,0 +1,427 @@
+"""Complete validation of the documents that cross a process boundary, when they are read.
+
+A plan, a task, a result or a scan result reaches the next step through XCom, a file or a person, so it
+is checked in full before anything acts on it: its schema and version, every required key and its type,
+and its self-consistency (a result's added files account for its record counts). A bad document is a
+:class:`~.errors.DataFileCodecError` whose one line names the document and the key; nothing has been
+committed or deleted at that point.
+
+What a document claims about the table and the storage (files exist with the size and the record count
+it says, the base snapshot exists, the deletes it applied are the ones that apply) is verified against
+the table by :mod:`.verification` at commit time; this module is pure.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_iceberg_exec.engine.contracts import (
+    COMPACTION_PLAN,
+    COW_PLAN,
+    COW_RESULT,
+    COW_TASK,
+    ORPHAN_SCAN_RESULT,
+    REWRITE_RESULT,
+    REWRITE_TASK,
+    check_envelope,
+)
+from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+
+__all__ = [
+    "applied_deletes_of",
+    "check_compaction_plan",
+    "check_cow_plan",
+    "check_cow_result",
+    "check_cow_task",
+    "check_orphan_scan_result",
+    "check_rewrite_result",
+    "check_rewrite_task",
+    "content_file_entries",
+]
+
+_KIND_NAMES = {int: "an integer", str: "a string", list: "a list", dict: "an object", bool: "true or false"}
+
+
+class _Doc:
+    """Typed access to one document; every problem is a one-line DataFileCodecError naming the key."""
+
+    def __init__(self, doc: Any, schema: str, label: str = "") -> None:
+        self.doc = check_envelope(doc, schema)
+        self.where = f"{schema} document{f' ({label})' if label else ''}"
+
+    def error(self, key: str, problem: str) -> DataFileCodecError:
+        return DataFileCodecError(f"invalid {self.where}: key {key!r}: {problem}")
+
+    def get(self, key: str, kind: type, *, required: bool = True, nullable: bool = False) -> Any:
+        if key not in self.doc:
+            if required:
+                raise self.error(key, "is missing")
+            return None
+        value = self.doc[key]
+        if value is None:
+            if nullable or not required:
+                return None
+            raise self.error(key, f"is null; expected {_KIND_NAMES[kind]}")
+        # bool is an int in Python, but never a count or an id in these documents.
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.error(key, f"expected {_KIND_NAMES[kind]}, got {type(value).__name__}")
+        return value
+
+    def count(self, key: str, *, required: bool = True) -> int:
+        value: int | None = self.get(key, int, required=required)
+        if value is not None and value < 0:
+            raise self.error(key, f"must be >= 0, got {value}")
+        return value or 0
+
+    def text(self, key: str, *, required: bool = True) -> str:
+        value: str | None = self.get(key, str, required=required)
+        if required and not (value or "").strip():
+            raise self.error(key, "must not be empty")
+        return value or ""
+
+    def table(self) -> str:
+        name = self.text("table")
+        if "." not in name.strip(".") or name != name.strip():
+            raise self.error("table", f"expected 'namespace.table', got {name!r}")
+        return name
+
+    def files(self, key: str, *, required: bool = True, content: str | None = "data") -> list[dict[str, Any]]:
+        """A list of content-file JSON objects, each with a path, a size and a record count, none twice."""
+        values: list[Any] = self.get(key, list, required=required) or []
+        seen: set[str] = set()
+        for pos, item in enumerate(values):
+            path = self.file(f"{key}[{pos}]", item, content)
+            if path in seen:
+                raise self.error(key, f"lists {path} more than once")
+            seen.add(path)
+        return values
+
+    def file(self, where: str, item: Any, content: str | None) -> str:
+        """Check one content-file object's path, size, record count and content; return its path."""
+        if not isinstance(item, Mapping):
+            raise self.error(where, f"expected a content-file object, got {type(item).__name__}")
+        path = item.get("file-path")
+        if not isinstance(path, str) or not path.strip():
+            raise self.error(where, "'file-path' is missing or not a string")
+        for field in ("record-count", "file-size-in-bytes"):
+            number = item.get(field)
+            if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+                raise self.error(where, f"{field!r} of {path} is missing or not a count")
+        if content is not None and item.get("content") != content:
+            raise self.error(where, f"{path} has content {item.get('content')!r}, expected {content!r}")
+        return path
+
+
+def applied_deletes_of(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """What a result reports for one rewritten or removed task entry: its data sequence number and the
+    delete files applied to it, each with its data sequence number (the commit checks them at the base).
+
+    >>> applied_deletes_of({"data-file": {}, "data-sequence-number": 3,
+    ...     "delete-files": [{"content-file": {"file-path": "d.parquet"}, "data-sequence-number": 5}]})
+    {'data-sequence-number': 3, 'delete-files': {'d.parquet': 5}}
+    """
+    return {
+        "data-sequence-number": int(entry.get("data-sequence-number") or 0),
+        "delete-files": {
+            str(d["content-file"]["file-path"]): int(d.get("data-sequence-number") or 0)
+            for d in entry.get("delete-files") or []
+        },
+    }
+
+
+def content_file_entries(doc: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    """The content files of a task's ``data_files`` (``{"data-file": ..., "delete-files": [...]}``).
+
+    >>> content_file_entries({"data_files": [{"data-file": {"file-path": "a"}}]}, "data_files")
+    [{'file-path': 'a'}]
+    """
+    return [dict(entry["data-file"]) for entry in doc.get(key) or []]
+
+
+def _check_task_entries(reader: _Doc, key: str) -> None:
+    """A task's ``data_files``: each a data file with its sequence number and the deletes to apply."""
+    entries: list[Any] = reader.get(key, list)
+    seen: set[str] = set()
+    for pos, entry in enumerate(entries):
+        where = f"{key}[{pos}]"
+        if not isinstance(entry, Mapping):
+            raise reader.error(where, "expected an object with a 'data-file' object")
+        path = reader.file(f"{where}['data-file']", entry.get("data-file"), "data")
+        sequence = entry.get("data-sequence-number")
+        if not isinstance(sequence, int) or isinstance(sequence, bool):
+            raise reader.error(where, "'data-sequence-number' is missing or not an integer")
+        deletes = entry.get("delete-files", [])
+        if not isinstance(deletes, list):
+            raise reader.error(where, "'delete-files' must be a list")
+        for number, delete in enumerate(deletes):
+            if not isinstance(delete, Mapping):
+                raise reader.error(f"{where}['delete-files'][{number}]", "expected an object")
+            reader.file(f"{where}['delete-files'][{number}]", delete.get("content-file"), None)
+        if path in seen:
+            raise reader.error(key, f"lists {path} more than once")
+        seen.add(path)
+
+
+def check_rewrite_task(doc: Any) -> Mapping[str, Any]:
+    """Validate a compaction task (``iceberg-exec/rewrite-task@1``) completely; return it.
+
+    :raises DataFileCodecError: naming the first key that is missing, mistyped or inconsistent.
+
+    >>> check_rewrite_task({"schema": "iceberg-exec/rewrite-task@1", "table": "ns.t"})
+    Traceback (most recent call last):
+    ...
+    airflow_provider_iceberg_exec.engine.errors.DataFileCodecError: invalid iceberg-exec/rewrite-task@1 document: key 'group_id': is missing
+    """  # noqa: E501
+    reader = _Doc(doc, REWRITE_TASK)
+    reader.table()
+    reader.where = f"{REWRITE_TASK} document (group {reader.text('group_id')})"
+    reader.text("branch", required=False)
+    reader.get("base_snapshot_id", int)
+    reader.get("output_spec_id", int)
+    reader.count("commit_batch", required=False)
+    reader.get("options", dict, required=False)
+    reader.get("strategy", str, required=False)
+    reader.get("sort_order", str, required=False, nullable=True)
+    reader.get("needs_repartition", bool, required=False)
+    _check_task_entries(reader, "data_files")
+    if not reader.doc["data_files"]:
+        raise reader.error("data_files", "is empty; a task rewrites at least one file")
+    return check_envelope(doc, REWRITE_TASK)
+
+
+def check_compaction_plan(doc: Any) -> Mapping[str, Any]:
+    """Validate a compaction plan and every task in it; return it.
+
+    :raises DataFileCodecError: naming the plan's or a task's first bad key.
+    """
+    reader = _Doc(doc, COMPACTION_PLAN)
+    table = reader.table()
+    base = reader.get("base_snapshot_id", int)
+    tasks: list[Any] = reader.get("tasks", list)
+    for pos, task in enumerate(tasks):
+        try:
+            check_rewrite_task(task)
+        except DataFileCodecError as err:
+            raise reader.error(f"tasks[{pos}]", str(err)) from None
+        if task["table"] != table or task["base_snapshot_id"] != base:
+            raise reader.error(f"tasks[{pos}]", "belongs to another table or base snapshot than the plan")
+    return reader.doc
+
+
+def check_rewrite_result(doc: Any) -> Mapping[str, Any]:
+    """Validate a compaction result (``iceberg-exec/rewrite-result@1``) completely; return it.
+
+    Beyond the keys and their types, its counts must account for its files: the rewritten files hold
+    ``rewritten_records`` rows, the added ones ``added_records``, and the difference is the rows the
+    rewrite deleted (``position_deleted_records`` + ``equality_deleted_records``). Every added file is
+    named after the group (its writer's prefix), and no file is both rewritten and added.
+
+    :raises DataFileCodecError: naming the first key that is missing, mistyped or inconsistent.
+    """
+    reader = _Doc(doc, REWRITE_RESULT)
+    reader.table()
+    group = reader.text("group_id")
+    reader.where = f"{REWRITE_RESULT} document (group {group})"
+    reader.text("branch")
+    reader.get("base_snapshot_id", int)
+    reader.count("commit_batch")
+    reader.get("options", dict)
+    rewritten = reader.files("rewritten_data_files")
+    added = reader.files("added_data_files")
+    reader.files("removed_delete_files", content=None)
+    if not rewritten:
+        raise reader.error("rewritten_data_files", "is empty; a rewrite removes at least one file")
+    _check_applied_deletes(reader, rewritten)
+    counts = {key: reader.count(key) for key in _RESULT_COUNTS}
+    _check_sums(reader, rewritten, "rewritten_records", counts["rewritten_records"], "record-count")
+    _check_sums(reader, added, "added_records", counts["added_records"], "record-count")
+    _check_sums(
+        reader, rewritten, "rewritten_bytes_count", counts["rewritten_bytes_count"], "file-size-in-bytes"
+    )
+    _check_sums(reader, added, "added_bytes_count", counts["added_bytes_count"], "file-size-in-bytes")
+    deleted = counts["position_deleted_records"] + counts["equality_deleted_records"]
+    if counts["deleted_records"] != deleted:
+        raise reader.error(
+            "deleted_records",
+            f"{counts['deleted_records']} is not position_deleted_records + equality_deleted_records "
+            f"= {deleted}",
+        )
+    if counts["rewritten_records"] - deleted != counts["added_records"]:
+        raise reader.error(
+            "added_records",
+            f"{counts['added_records']} rows added, but {counts['rewritten_records']} rewritten minus "
+            f"{deleted} deleted is {counts['rewritten_records'] - deleted}",
+        )
+    _check_added_names(reader, added, f"{group}-")
+    overlap = {f["file-path"] for f in added} & {f["file-path"] for f in rewritten}
+    if overlap:
+        raise reader.error("added_data_files", f"{sorted(overlap)[0]} is also rewritten")
+    return reader.doc
+
+
+_RESULT_COUNTS = (
+    "rewritten_records",
+    "added_records",
+    "deleted_records",
+    "position_deleted_records",
+    "equality_deleted_records",
+    "rewritten_bytes_count",
+    "added_bytes_count",
+)
+
+
+def _check_sums(reader: _Doc, files: Sequence[Mapping[str, Any]], key: str, claimed: int, field: str) -> None:
+    total = sum(int(f[field]) for f in files)
+    if total != claimed:
+        raise reader.error(key, f"says {claimed}, but its files' {field!r} add up to {total}")
+
+
+def _check_added_names(reader: _Doc, added: Sequence[Mapping[str, Any]], prefix: str) -> None:
+    for pos, item in enumerate(added):
+        name = posixpath.basename(str(item["file-path"]))
+        if not name.startswith(prefix):
+            raise reader.error(
+                f"added_data_files[{pos}]",
+                f"{item['file-path']} was not written by this task (prefix {prefix!r})",
+            )
+
+
+def _check_applied_deletes(reader: _Doc, removed: Sequence[Mapping[str, Any]]) -> None:
+    """``applied_deletes``: for every removed data file, its data sequence number and the deletes applied."""
+    applied: dict[str, Any] = reader.get("applied_deletes", dict)
+    paths = {str(f["file-path"]) for f in removed}
+    if set(applied) != paths:
+        missing = sorted(paths - set(applied)) or sorted(set(applied) - paths)
+        raise reader.error("applied_deletes", f"does not cover exactly the removed files: {missing[0]}")
+    for path, entry in applied.items():
+        sequence = entry.get("data-sequence-number") if isinstance(entry, Mapping) else None
+        deletes = entry.get("delete-files") if isinstance(entry, Mapping) else None
+        valid = isinstance(sequence, int) and not isinstance(sequence, bool) and isinstance(deletes, Mapping)
+        if (
+            not valid
+            or not isinstance(deletes, Mapping)
+            or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                for k, v in deletes.items()
+            )
+        ):
+            raise reader.error(
+                f"applied_deletes[{path!r}]",
+                "expected {'data-sequence-number': int, 'delete-files': {path: data sequence number}}",
+            )
+
+
+def check_cow_task(doc: Any) -> Mapping[str, Any]:
+    """Validate a copy-on-write task (``iceberg-exec/cow-task@1``) completely; return it.
+
+    :raises DataFileCodecError: naming the first key that is missing, mistyped or inconsistent.
+    """
+    reader = _Doc(doc, COW_TASK)
+    reader.table()
+    reader.where = f"{COW_TASK} document (task {reader.get('task_id', int)})"
+    _check_cow_common(reader)
+    _check_task_entries(reader, "data_files")
+    sources: list[Any] = reader.get("source_files", list, required=False) or []
+    for pos, source in enumerate(sources):
+        valid = isinstance(source, Mapping) and isinstance(source.get("path"), str)
+        if not valid or not all(
+            isinstance(source.get(k), int) and not isinstance(source.get(k), bool)
+            for k in ("size-in-bytes", "record-count")
+        ):
+            raise reader.error(f"source_files[{pos}]", "expected {'path', 'size-in-bytes', 'record-count'}")
+    return check_envelope(doc, COW_TASK)
+
+
+def check_cow_plan(doc: Any) -> Mapping[str, Any]:
+    """Validate a copy-on-write plan and every task in it; return it."""
+    reader = _Doc(doc, COW_PLAN)
+    reader.table()
+    tasks: list[Any] = reader.get("tasks", list)
+    for pos, task in enumerate(tasks):
+        try:
+            check_cow_task(task)
+        except DataFileCodecError as err:
+            raise reader.error(f"tasks[{pos}]", str(err)) from None
+    return reader.doc
+
+
+def _check_cow_common(reader: _Doc) -> None:
+    reader.text("operation")
+    reader.text("where")
+    reader.text("branch")
+    reader.get("base_snapshot_id", int, nullable=True)
+    reader.text("isolation_level")
+    reader.get("set", dict, required=False, nullable=True)
+    reader.get("schema_id", int, required=False)
+    reader.get("output_spec_id", int, required=False)
+
+
+def check_cow_result(doc: Any) -> Mapping[str, Any]:
+    """Validate a copy-on-write result (``iceberg-exec/cow-result@1``) completely; return it.
+
+    Its counts must account for its files: the rows the added files hold are the rows copied, updated and
+    inserted, and each removed file's rows are copied, updated, deleted by the predicate or by a delete
+    file. Added files are named after the task.
+
+    :raises DataFileCodecError: naming the first key that is missing, mistyped or inconsistent.
+    """
+    reader = _Doc(doc, COW_RESULT)
+    reader.table()
+    task = reader.get("task_id", int)
+    reader.where = f"{COW_RESULT} document (task {task})"
+    _check_cow_common(reader)
+    removed = reader.files("removed_data_files")
+    added = reader.files("added_data_files")
+    reader.files("removed_delete_files", content=None)
+    _check_applied_deletes(reader, removed)
+    counts = {key: reader.count(key) for key in _COW_COUNTS}
+    _check_sums(
+        reader,
+        added,
+        "written_rows",
+        counts["rewritten_rows"] + counts["updated_rows"] + counts["inserted_rows"],
+        "record-count",
+    )
+    removed_rows = sum(int(f["record-count"]) for f in removed)
+    accounted = (
+        counts["rewritten_rows"]
+        + counts["updated_rows"]
+        + counts["deleted_rows"]
+        + counts["delete_file_rows"]
+    )
+    if removed_rows != accounted:
+        raise reader.error(
+            "removed_data_files",
+            f"hold {removed_rows} rows, but copied + updated + deleted + removed by delete files is "
+            f"{accounted}",
+        )
+    _check_added_names(reader, added, f"cow-{task}-")
+    overlap = {f["file-path"] for f in added} & {f["file-path"] for f in removed}
+    if overlap:
+        raise reader.error("added_data_files", f"{sorted(overlap)[0]} is also removed")
+    return reader.doc
+
+
+_COW_COUNTS = ("deleted_rows", "updated_rows", "inserted_rows", "rewritten_rows", "delete_file_rows")
+
+
+def check_orphan_scan_result(doc: Any) -> Mapping[str, Any]:
+    """Validate an orphan scan result (``iceberg-exec/orphan-scan-result@1``); return it.
+
+    :raises DataFileCodecError: naming the first key that is missing or mistyped.
+    """
+    reader = _Doc(doc, ORPHAN_SCAN_RESULT)
+    reader.table()
+    reader.text("orphan_list_uri")
+    reader.count("older_than_ms")
+    reader.get("table_uuid", str, required=False)
+    locations: list[Any] = reader.get("locations", list)
+    if not locations or not all(isinstance(loc, str) and loc.strip() for loc in locations):
+        raise reader.error("locations", "expected a non-empty list of locations")
+    for key in ("equal_schemes", "equal_authorities"):
+        mapping = reader.get(key, dict, required=False) or {}
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+            raise reader.error(key, "expected an object of strings")
+    return reader.doc

@@ -1,0 +1,198 @@
+"""Checks of what a validated document claims, against the table and the storage, right before a commit.
+
+:mod:`.documents` proves a result is well formed and adds up; this module proves it is true:
+
+- :func:`verify_added_files`: every added file lies under the table's locations, exists, and has the size
+  and the record count the result claims, read from storage and from its Parquet footer;
+- :class:`BaseFiles`: the base snapshot exists, every removed data file was live in it, and the
+  deletes the rewrite applied to each one are exactly those that apply to it there, with the same data
+  sequence numbers (a rewrite that skipped one would bring its rows back; one that applied a foreign one
+  would lose rows); it returns what the base metadata says about those files, for :func:`check_rows`;
+- :func:`check_rows`: the rows conserve: the rows the table loses are the rows the deletes applied, and
+  those are no more than the applicable delete files can remove.
+
+Every failure raises before anything is committed and leaves the table as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_iceberg_exec.engine.cleanup import table_roots, under_roots
+from airflow_provider_iceberg_exec.engine.errors import CommitValidationError, DataFileCodecError
+
+if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+    from airflow_provider_iceberg_exec.engine.scan import ScannedFile
+
+__all__ = ["BaseFiles", "RemovedAtBase", "check_rows", "verify_added_files"]
+
+
+def verify_added_files(table: Table, files: Sequence[DataFile]) -> None:
+    """Check that every added file lies under the table's locations and matches its claimed size and rows.
+
+    :raises DataFileCodecError: for a file outside the table's locations, or a size or a record count that
+        differs from the file's.
+    :raises CommitValidationError: when a file is gone (an earlier failed commit removed it): rewrite again.
+    """
+    import pyarrow.parquet as pq
+
+    roots = table_roots(table.metadata)
+    for data_file in files:
+        path = data_file.file_path
+        if not under_roots(path, roots):
+            raise DataFileCodecError(f"added file {path} is outside the table's locations; nothing committed")
+        input_file = table.io.new_input(path)
+        try:
+            size = len(input_file)
+            with input_file.open() as stream:
+                rows = pq.ParquetFile(stream).metadata.num_rows
+        except FileNotFoundError:
+            raise CommitValidationError(
+                f"output file {path} no longer exists (an earlier failed commit removed it); "
+                "plan and rewrite again"
+            ) from None
+        except (OSError, ValueError) as err:
+            raise DataFileCodecError(f"added file {path} is not a readable Parquet file: {err}") from err
+        if size != data_file.file_size_in_bytes:
+            raise DataFileCodecError(
+                f"added file {path} has {size} bytes, the result says {data_file.file_size_in_bytes}"
+            )
+        if rows != data_file.record_count:
+            raise DataFileCodecError(
+                f"added file {path} holds {rows} rows, the result says {data_file.record_count}"
+            )
+
+
+@dataclass(frozen=True)
+class RemovedAtBase:
+    """What the base snapshot's metadata says about the removed data files and the deletes applied.
+
+    :param records: rows the removed files hold (their record counts in the base manifests).
+    :param position_delete_records: rows the distinct position delete files and deletion vectors that
+        apply to them list: an upper bound of the rows they remove.
+    :param has_equality_deletes: whether an equality delete file applies to one of them.
+    """
+
+    records: int
+    position_delete_records: int
+    has_equality_deletes: bool
+
+
+class BaseFiles:
+    """The live data files of the base snapshot, each with the deletes that apply to it, scanned once.
+
+    :param table: the table (its current metadata still holds the base snapshot, or this refuses).
+    :param base_snapshot_id: the snapshot the work was planned on (``None``: the branch had none, so
+        nothing can be removed).
+    :param row_filter: a copy-on-write predicate: only files that may hold matching rows count as live.
+    :raises DataFileCodecError: when the base snapshot is not a snapshot of the table.
+    """
+
+    def __init__(
+        self, table: Table, base_snapshot_id: int | None, row_filter: BooleanExpression | None = None
+    ) -> None:
+        from airflow_provider_iceberg_exec.engine.scan import scan_snapshot
+
+        self.base_snapshot_id = base_snapshot_id
+        self.filtered = row_filter is not None
+        snapshot = None if base_snapshot_id is None else table.metadata.snapshot_by_id(base_snapshot_id)
+        if snapshot is None:
+            self.live: dict[str, ScannedFile] = {}
+            self.missing = base_snapshot_id is not None
+        else:
+            files = scan_snapshot(table.io, table.metadata, snapshot, row_filter).data_files
+            self.live = {scanned.data_file.file_path: scanned for scanned in files}
+            self.missing = False
+
+    def check_removed(
+        self, removed: Sequence[DataFile], applied: Mapping[str, Mapping[str, Any]]
+    ) -> RemovedAtBase:
+        """Check removed files and the deletes applied to them (``applied_deletes`` of a result).
+
+        :raises DataFileCodecError: when a removed file was not live in the base snapshot, or the deletes
+            applied to it, or its data sequence number, differ from the base snapshot's.
+        """
+        from pyiceberg.manifest import DataFileContent
+
+        if removed and (self.missing or self.base_snapshot_id is None):
+            raise DataFileCodecError(f"base snapshot {self.base_snapshot_id} is not a snapshot of the table")
+        position_deletes: dict[str, int] = {}
+        equality = False
+        for data_file in removed:
+            path = data_file.file_path
+            scanned = self.live.get(path)
+            if scanned is None:
+                why = "was not live" if not self.filtered else "was not live or cannot match the predicate"
+                raise DataFileCodecError(
+                    f"removed file {path} {why} in base snapshot {self.base_snapshot_id}"
+                )
+            claimed = applied[path]
+            if int(claimed["data-sequence-number"]) != scanned.data_sequence_number:
+                raise DataFileCodecError(
+                    f"removed file {path} has data sequence number {scanned.data_sequence_number} in the "
+                    f"base snapshot, the result says {claimed['data-sequence-number']}"
+                )
+            expected = {d.data_file.file_path: d.data_sequence_number for d in scanned.delete_files}
+            if dict(claimed["delete-files"]) != expected:
+                raise DataFileCodecError(
+                    f"the deletes applied to {path} ({sorted(claimed['delete-files'])}) are not those that "
+                    f"apply to it in the base snapshot ({sorted(expected)}); nothing committed"
+                )
+            for delete in scanned.delete_files:
+                if delete.data_file.content == DataFileContent.EQUALITY_DELETES:
+                    equality = True
+                else:
+                    position_deletes[delete.data_file.file_path] = delete.data_file.record_count
+        records = sum(self.live[f.file_path].data_file.record_count for f in removed)
+        return RemovedAtBase(records, sum(position_deletes.values()), equality)
+
+
+def check_rows(
+    base: RemovedAtBase,
+    *,
+    kept: int,
+    by_deletes: int,
+    by_position_deletes: int | None = None,
+    by_operation: int = 0,
+    what: str,
+) -> None:
+    """Refuse a commit whose rows do not conserve.
+
+    ``base.records`` rows leave the table with the removed files and ``kept`` of them come back in the
+    added files: the difference must be exactly the rows the delete files removed (``by_deletes``) plus
+    those the operation itself removes (``by_operation``, a copy-on-write predicate's matches). Delete
+    files cannot remove more rows than the position deletes that apply list, unless an equality delete
+    applies; ``by_position_deletes``, when the rewrite counted it apart, is bounded the same way.
+
+    :raises DataFileCodecError: naming the counts that disagree.
+
+    >>> check_rows(RemovedAtBase(10, 2, False), kept=8, by_deletes=2, what="group g")
+    >>> check_rows(RemovedAtBase(10, 0, False), kept=0, by_deletes=0, what="group g")
+    Traceback (most recent call last):
+    ...
+    airflow_provider_iceberg_exec.engine.errors.DataFileCodecError: group g: the removed files hold 10 rows in the base snapshot, but 0 are kept and 0 removed; nothing committed
+    """  # noqa: E501
+    removed = by_deletes + by_operation
+    if base.records - removed != kept:
+        raise DataFileCodecError(
+            f"{what}: the removed files hold {base.records} rows in the base snapshot, but {kept} are kept "
+            f"and {removed} removed; nothing committed"
+        )
+    by_position = by_deletes if by_position_deletes is None and not base.has_equality_deletes else None
+    by_position = by_position_deletes if by_position is None else by_position
+    if by_position is not None and by_position > base.position_delete_records:
+        raise DataFileCodecError(
+            f"{what}: {by_position} rows removed by position deletes, but the position deletes that apply "
+            f"list {base.position_delete_records}; nothing committed"
+        )
+    if by_position is not None and by_deletes > by_position and not base.has_equality_deletes:
+        raise DataFileCodecError(
+            f"{what}: {by_deletes - by_position} rows removed by equality deletes, but none applies; "
+            "nothing committed"
+        )
