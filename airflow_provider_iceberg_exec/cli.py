@@ -138,10 +138,12 @@ def _cmd_plan(args: argparse.Namespace, out: IO[str]) -> None:
 def _cmd_execute(args: argparse.Namespace, out: IO[str]) -> None:
     from airflow_provider_iceberg_exec.engine.compaction import execute_rewrite_task
     from airflow_provider_iceberg_exec.engine.contracts import COMPACTION_PLAN
+    from airflow_provider_iceberg_exec.engine.documents import check_compaction_plan, check_rewrite_task
     from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 
     doc = _read_json(args.task)
-    tasks = doc["tasks"] if isinstance(doc, dict) and doc.get("schema") == COMPACTION_PLAN else [doc]
+    is_plan = isinstance(doc, dict) and doc.get("schema") == COMPACTION_PLAN
+    tasks = list(check_compaction_plan(doc)["tasks"]) if is_plan else [check_rewrite_task(doc)]
     if args.group:
         tasks = [t for t in tasks if t.get("group_id") == args.group]
         if not tasks:
@@ -154,12 +156,21 @@ def _cmd_execute(args: argparse.Namespace, out: IO[str]) -> None:
     table = load_table(_catalog(args.catalog), str(tasks[0]["table"]))
     limits = _limits(args)
     results = [execute_rewrite_task(table, task, limits) for task in tasks]
-    _emit(results if len(results) != 1 or doc is not tasks[0] else results[0], args, out)
+    _emit(results if is_plan else results[0], args, out)
+
+
+#: the commit of each result kind
+_COMMITTERS = {
+    "iceberg-exec/rewrite-result@1": ("compaction", "commit_compaction"),
+    "iceberg-exec/cow-result@1": ("cow", "commit_cow_rewrite"),
+}
 
 
 def _cmd_commit(args: argparse.Namespace, out: IO[str]) -> None:
+    import importlib
+
     from airflow_provider_iceberg_exec.engine.catalog import load_table
-    from airflow_provider_iceberg_exec.engine.compaction import commit_compaction
+    from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 
     results: list[Any] = []
     for path in args.results:
@@ -168,9 +179,25 @@ def _cmd_commit(args: argparse.Namespace, out: IO[str]) -> None:
     if not results:
         out.write("nothing to commit\n")
         return
-    table = load_table(_catalog(args.catalog), str(results[0].get("table")))
-    result = commit_compaction(table, results, commit_id=args.commit_id)
-    out.write((json.dumps(result, indent=2, sort_keys=True) if args.json else _summary(result)) + "\n")
+    if not all(isinstance(r, dict) for r in results):
+        raise DataFileCodecError("a result file must hold a result document or a list of them")
+    kinds = {r.get("schema") for r in results}
+    if len(kinds) != 1 or (kind := kinds.pop()) not in _COMMITTERS:
+        raise DataFileCodecError(
+            f"cannot commit documents of schemas {sorted(map(str, kinds))}; expected one of "
+            f"{', '.join(sorted(_COMMITTERS))}, all alike"
+        )
+    tables = {r.get("table") for r in results}
+    if len(tables) != 1 or not isinstance(name := tables.pop(), str):
+        raise DataFileCodecError("the results must all name the same table under 'table'")
+    module, function = _COMMITTERS[kind]
+    commit = getattr(importlib.import_module(f"airflow_provider_iceberg_exec.engine.{module}"), function)
+    result = commit(load_table(_catalog(args.catalog), name), results, commit_id=args.commit_id)
+    compaction = kind == "iceberg-exec/rewrite-result@1"
+    out.write(
+        (_summary(result) if compaction and not args.json else json.dumps(result, indent=2, sort_keys=True))
+        + "\n"
+    )
 
 
 def _cmd_demo(args: argparse.Namespace, out: IO[str]) -> None:
@@ -249,6 +276,7 @@ def _cmd_orphan_delete(args: argparse.Namespace, out: IO[str]) -> None:
         dry_run=args.dry_run,
         batch_size=args.batch_size,
         max_concurrent_deletes=args.max_concurrent_deletes,
+        force=args.force,
     )
     out.write(
         (json.dumps(result, indent=2, sort_keys=True) if args.json else _orphan_delete_summary(result)) + "\n"
@@ -318,6 +346,11 @@ def _maintenance_commands(commands: Any, limits: Any) -> None:
     delete.add_argument("result", help="the scan's result JSON or its orphan list")
     delete.add_argument("--table", help="NAMESPACE.TABLE (default: the one in the result)")
     delete.add_argument("--dry-run", action="store_true", help="check and count, delete nothing")
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="accept the scan's older_than even when less than 24 hours ago (else younger files are kept)",
+    )
     delete.add_argument(
         "--batch-size", type=int, default=100_000, help="paths per batch (default: %(default)s)"
     )
@@ -449,6 +482,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--catalog", default="default", help="PyIceberg catalog name (default: %(default)s)")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an unexpected error")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def limits(p: argparse.ArgumentParser) -> None:
@@ -525,6 +559,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     import logging
 
     from airflow_provider_iceberg_exec.engine.errors import (
+        CatalogUnavailableError,
         ConfigurationError,
         DataFileCodecError,
         IcebergExecError,
@@ -534,13 +569,28 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.run(args, out or sys.stdout)
-    except (ConfigurationError, DataFileCodecError) as err:
-        print(f"iceberg-exec: error: {err}", file=sys.stderr)
+    except (ConfigurationError, DataFileCodecError, CatalogUnavailableError) as err:
+        # Nothing was changed: the input, the configuration or the catalog's reachability needs fixing.
+        print(f"iceberg-exec: error: {_one_line(err)}", file=sys.stderr)
         return 2
     except IcebergExecError as err:
-        print(f"iceberg-exec: error: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"iceberg-exec: error: {type(err).__name__}: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except Exception as err:
+        # A failure nobody anticipated still gets one line; --debug shows where it came from.
+        if args.debug:
+            raise
+        print(
+            f"iceberg-exec: error: unexpected {type(err).__name__}: {_one_line(err)} "
+            "(rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
         return 1
     return 0
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 if __name__ == "__main__":

@@ -8,17 +8,30 @@ other ``*-impl`` keys) are refused, because whoever edits a connection must not 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, TableNotFoundError
+from airflow_provider_iceberg_exec.engine.errors import (
+    CatalogUnavailableError,
+    ConfigurationError,
+    IcebergExecError,
+    TableNotFoundError,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
-__all__ = ["ALLOWED_PROPERTY_PATTERNS", "CatalogConfig", "load_catalog", "load_table", "parse_table_name"]
+__all__ = [
+    "ALLOWED_PROPERTY_PATTERNS",
+    "CatalogConfig",
+    "catalog_errors",
+    "load_catalog",
+    "load_table",
+    "parse_table_name",
+]
 
 #: Catalog and FileIO properties the engine accepts. Anything else is refused with the list below.
 ALLOWED_PROPERTY_PATTERNS: tuple[str, ...] = (
@@ -137,19 +150,74 @@ def load_catalog(config: CatalogConfig) -> Catalog:
         )
     from airflow_provider_iceberg_exec.engine.storage import pyiceberg_properties
 
-    try:
+    with catalog_errors(config.name):
         # Storage mapping (engine/storage.py): s3.path-style-access and a region for an s3.endpoint,
         # which PyIceberg's FileIO would otherwise ignore or look up at AWS.
         return _load(config.name, **pyiceberg_properties(config.properties))
-    except (ValueError, NotImplementedError, ImportError) as err:
-        raise ConfigurationError(f"cannot load catalog {config.name!r}: {err}") from err
+    raise AssertionError("unreachable")  # pragma: no cover - catalog_errors re-raises
+
+
+@contextmanager
+def catalog_errors(name: str) -> Iterator[None]:
+    """Turn a catalog's failures into one-line engine errors that name the catalog.
+
+    - support not installed, bad properties, access denied or bad credentials: :class:`ConfigurationError`
+      (fix the configuration; a retry cannot succeed);
+    - unreachable endpoint, timeout, throttling or a server error: :class:`CatalogUnavailableError`
+      (transient; a retry may succeed).
+
+    Only the first line of a driver's message is kept, and never the URI: it may carry a password.
+    """
+    from pyiceberg.exceptions import (
+        ForbiddenError,
+        NotInstalledError,
+        OAuthError,
+        RESTError,
+        ServerError,
+        ServiceUnavailableError,
+        TooManyRequestsError,
+        UnauthorizedError,
+    )
+
+    try:
+        yield
+    except IcebergExecError:
+        raise
+    except (NotInstalledError, ImportError) as err:
+        raise ConfigurationError(f"cannot load catalog {name!r}: {_first_line(err)}") from err
+    except (ValueError, NotImplementedError) as err:
+        raise ConfigurationError(f"catalog {name!r}: {_first_line(err)}") from err
+    except (ForbiddenError, UnauthorizedError, OAuthError) as err:
+        raise ConfigurationError(
+            f"catalog {name!r} refused the credentials ({type(err).__name__}): {_first_line(err)}"
+        ) from err
+    except (ServiceUnavailableError, TooManyRequestsError, ServerError, OSError, TimeoutError) as err:
+        # requests' ConnectionError and Timeout are OSErrors; so are the storage's network errors.
+        raise CatalogUnavailableError(
+            f"catalog {name!r} is unavailable ({type(err).__name__}): {_first_line(err)}; retry later"
+        ) from err
+    except RESTError as err:
+        raise CatalogUnavailableError(f"catalog {name!r} failed: {_first_line(err)}") from err
     except Exception as err:
         # A SQL catalog opens its database here; SQLAlchemy's errors would otherwise surface as
-        # retryable failures. Only the first line: driver messages can be long, never the URI itself.
-        if type(err).__module__.startswith("sqlalchemy"):
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ConfigurationError(f"cannot open the database of catalog {config.name!r}: {first}") from err
-        raise
+        # tracebacks. Connection failures are transient, the rest is configuration.
+        if not type(err).__module__.startswith("sqlalchemy"):
+            raise
+        from sqlalchemy.exc import DBAPIError, OperationalError
+        from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+        if isinstance(err, (OperationalError, PoolTimeout)) or (
+            isinstance(err, DBAPIError) and err.connection_invalidated
+        ):
+            raise CatalogUnavailableError(
+                f"cannot reach the database of catalog {name!r}: {_first_line(err)}"
+            ) from err
+        raise ConfigurationError(f"cannot open the database of catalog {name!r}: {_first_line(err)}") from err
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def parse_table_name(name: str) -> tuple[str, ...]:
@@ -174,7 +242,9 @@ def load_table(catalog: Catalog, name: str) -> Table:
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     identifier = parse_table_name(name)
-    try:
-        return catalog.load_table(identifier)
-    except (NoSuchTableError, NoSuchNamespaceError) as err:
-        raise TableNotFoundError(f"table {name!r} not found in catalog {catalog.name!r}") from err
+    with catalog_errors(catalog.name):
+        try:
+            return catalog.load_table(identifier)
+        except (NoSuchTableError, NoSuchNamespaceError) as err:
+            raise TableNotFoundError(f"table {name!r} not found in catalog {catalog.name!r}") from err
+    raise AssertionError("unreachable")  # pragma: no cover - catalog_errors re-raises

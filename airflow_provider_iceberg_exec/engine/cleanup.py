@@ -24,7 +24,7 @@ staging of a sort or join) are not named by any document and are removed directl
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CleanupReport",
+    "ReferenceGuard",
     "delete_unreferenced",
+    "normalised_path",
     "referenced_paths",
     "table_roots",
     "under_roots",
@@ -120,12 +122,20 @@ def under_roots(uri: str, roots: Sequence[str]) -> bool:
 
 
 def referenced_paths(
-    io: FileIO, metadata: TableMetadata, metadata_location: str | None, candidates: Iterable[str]
+    io: FileIO,
+    metadata: TableMetadata,
+    metadata_location: str | None,
+    candidates: Iterable[str],
+    *,
+    proven_manifests: Set[str] = frozenset(),
 ) -> set[str]:
     """The normalised paths among ``candidates`` that ``metadata`` references, by the complete set.
 
     Streams the live entries of every manifest of every snapshot once; memory holds the candidates and
     one manifest entry at a time, whatever the table's size.
+
+    :param proven_manifests: manifests whose entries are known not to list any candidate (the caller
+        proved it against metadata it read itself): manifests are immutable, so they are not read again.
     """
     wanted = {_path(uri) for uri in candidates}
     if not wanted:
@@ -137,12 +147,52 @@ def referenced_paths(
     others += [stats.statistics_path for stats in metadata.partition_statistics]
     manifests = snapshot_manifests(io, metadata.snapshots)
     hits = wanted & {_path(uri) for uri in [*others, *manifests] if uri}
-    for manifest in manifests.values():
+    for manifest_path, manifest in manifests.items():
+        if manifest_path in proven_manifests:
+            continue
         for file_path, _kind in iter_live_content_files(io, manifest):
             path = _path(file_path)
             if path in wanted:
                 hits.add(path)
     return hits
+
+
+class ReferenceGuard:
+    """Re-proves, right before each batch of a long deletion, that its files are still unreferenced.
+
+    For deletions whose candidates this process computed itself from metadata it read from the catalog
+    (snapshot expiry: the files the expired snapshots reached and the new metadata does not): each check
+    refreshes the table and reads only the manifests that metadata lacked, plus every non-manifest
+    reference, which is the complete reference set for those candidates because manifests never change.
+
+    :param table: the table.
+    :param proven: the metadata the candidates were proven unreferenced against.
+    """
+
+    def __init__(self, table: Table, proven: TableMetadata) -> None:
+        self.table = table
+        self.proven_manifests = frozenset(snapshot_manifests(table.io, proven.snapshots))
+
+    def referenced(self, uris: Sequence[str]) -> set[str]:
+        """The normalised paths among ``uris`` that the table's metadata of this moment references."""
+        table = self.table
+        table.refresh()
+        return referenced_paths(
+            table.io,
+            table.metadata,
+            table.metadata_location,
+            uris,
+            proven_manifests=self.proven_manifests,
+        )
+
+
+def normalised_path(uri: str) -> str:
+    """The path part of ``uri`` as the reference checks compare it.
+
+    >>> normalised_path("s3a://bucket/wh//t/a.parquet")
+    '/wh/t/a.parquet'
+    """
+    return _path(uri)
 
 
 def delete_unreferenced(

@@ -591,6 +591,16 @@ def _outcome(
     )
 
 
+def _some(paths: Sequence[str], shown: int = 3) -> str:
+    """At most ``shown`` paths and how many more, for a one-line message.
+
+    >>> _some(["a", "b", "c", "d", "e"])
+    'a, b, c and 2 more'
+    """
+    more = len(paths) - shown
+    return ", ".join(paths[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
@@ -856,7 +866,7 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
         attempt = _Attempt(base=base, carried=carried, rewrites=rewrites)
         found = {entry.data_file.file_path for entry in attempt.removed_entries}
         if missing := (removed_paths | removed_delete_paths) - found:
-            raise ValidationException(f"Missing required files to delete: {', '.join(sorted(missing))}")
+            raise ValidationException(f"Missing required files to delete: {_some(sorted(missing))}")
 
         removed = [
             e.data_file for e in attempt.removed_entries if e.data_file.content == DataFileContent.DATA

@@ -8,6 +8,8 @@ The whole tree::
     ├── DataFileCodecError(IcebergExecError, ValueError)  malformed or unknown-version JSON payload
     ├── ResourceLimitError(IcebergExecError)              memory or spill disk exhausted
     ├── DataFileReadError(IcebergExecError)               an input data file is missing or corrupt
+    ├── CatalogUnavailableError(IcebergExecError)         the catalog or the storage cannot be reached
+    │                                                     or throttles (transient: a retry may succeed)
     ├── CommitConflictError(IcebergExecError)             the table moved under us (retry or re-plan)
     │   └── CommitValidationError(CommitConflictError)    Java's ValidationException: re-plan, do not retry
     └── CommitStateUnknownError(IcebergExecError)         the catalog did not say; never retried blindly
@@ -18,6 +20,7 @@ Engine exceptions never subclass Airflow's; the Airflow layer maps them in one p
 from __future__ import annotations
 
 __all__ = [
+    "CatalogUnavailableError",
     "CommitConflictError",
     "CommitStateUnknownError",
     "CommitValidationError",
@@ -52,6 +55,10 @@ class ResourceLimitError(IcebergExecError):
 
 class DataFileReadError(IcebergExecError):
     """Raised when an input data file is missing or cannot be read as Parquet."""
+
+
+class CatalogUnavailableError(IcebergExecError):
+    """Raised when the catalog or the storage cannot be reached, times out or throttles; retry later."""
 
 
 class CommitConflictError(IcebergExecError):

@@ -25,11 +25,13 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_iceberg_exec.engine.cleanup import ReferenceGuard, normalised_path
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import EXPIRE_SNAPSHOTS_RESULT, envelope
 from airflow_provider_iceberg_exec.engine.errors import (
@@ -76,6 +78,8 @@ DEFAULT_MAX_CONCURRENT_DELETES = 8
 _MAIN = "main"
 _GC_MESSAGE = "Cannot expire snapshots: GC is disabled (deleting files may corrupt other tables)"
 _DELETE_CHUNK = 1000
+#: delete outcomes that are not failures
+_NOT_FAILED = frozenset({"deleted", "missing", "referenced"})
 #: memory per row, in DataFusion's accounting, of a hash join's key side and of a deduplicated candidate
 _KEY_ROW_BYTES = 256
 _DISTINCT_ROW_BYTES = 512
@@ -346,16 +350,18 @@ def expire_snapshots(
         after = table.refresh().metadata
         break
     counts = dict.fromkeys(sorted(set(_RESULT_NAMES.values())), 0)
-    failed = 0
+    outcomes: Counter[tuple[RefKind, str]] = Counter()
     stats = None
     if cleanup and not plan.empty:
         with track_resources(limits) as (spill_dir, stats), datafusion_errors():
             candidates = _unreachable_files(table.io, before, after, limits, spill_dir)
-            for kind, outcome in _delete(table.io, candidates, dry_run, max_concurrent_deletes):
-                if outcome == "deleted":
-                    counts[_RESULT_NAMES[kind]] += 1
-                elif outcome != "missing":
-                    failed += 1
+            guard = None if dry_run else ReferenceGuard(table, after)
+            outcomes.update(_delete(table.io, candidates, dry_run, max_concurrent_deletes, guard))
+    for (kind, outcome), number in outcomes.items():
+        if outcome == "deleted":
+            counts[_RESULT_NAMES[kind]] += number
+    kept = sum(n for (_, outcome), n in outcomes.items() if outcome == "referenced")
+    failed = sum(n for (_, outcome), n in outcomes.items() if outcome not in _NOT_FAILED)
     result = envelope(
         EXPIRE_SNAPSHOTS_RESULT,
         {
@@ -375,6 +381,7 @@ def expire_snapshots(
             "metadata_location": None if dry_run else table.metadata_location,
             **counts,
             "failed_delete_count": failed,
+            "kept_referenced_count": kept,
             "peak_rss_bytes": stats.peak_rss_bytes if stats else 0,
             "spilled_bytes": stats.spilled_bytes if stats else 0,
             "elapsed_seconds": round(time.monotonic() - started, 3),
@@ -450,10 +457,31 @@ def _unreachable_files(
                 yield uri, kinds[kind]
 
 
+def _unreferenced(
+    candidates: list[tuple[str, RefKind]], guard: ReferenceGuard | None
+) -> Generator[tuple[RefKind, str], None, list[tuple[str, RefKind]]]:
+    """Yield a ``"referenced"`` outcome for each candidate the metadata of this moment references; return
+    the others."""
+    live = set() if guard is None else guard.referenced([uri for uri, _ in candidates])
+    for uri, kind in candidates:
+        if normalised_path(uri) in live:
+            log.warning("keeping %s: a commit since the expiry references it", uri)
+            yield kind, "referenced"
+    return [item for item in candidates if normalised_path(item[0]) not in live]
+
+
 def _delete(
-    io: FileIO, files: Iterable[tuple[str, RefKind]], dry_run: bool, workers: int
+    io: FileIO,
+    files: Iterable[tuple[str, RefKind]],
+    dry_run: bool,
+    workers: int,
+    guard: ReferenceGuard | None,
 ) -> Iterator[tuple[RefKind, str]]:
-    """Delete ``files``, ``workers`` at a time (or in bulk where the FileIO can); yield each outcome."""
+    """Delete ``files``, ``workers`` at a time (or in bulk where the FileIO can); yield each outcome.
+
+    Before each chunk, ``guard`` proves its files still unreferenced by the metadata of that moment (a
+    commit that landed after the expiry may reference one again): those are kept, as ``"referenced"``.
+    """
     bulk = None if dry_run else bulk_remover(io)
 
     def one(item: tuple[str, RefKind]) -> tuple[RefKind, str]:
@@ -481,7 +509,8 @@ def _delete(
             yield chunk
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="iceberg-exec-expire") as pool:
-        for chunk in chunks():
+        for candidates in chunks():
+            chunk = yield from _unreferenced(candidates, guard)
             if bulk is not None:
                 try:
                     bulk([uri for uri, _ in chunk])

@@ -494,7 +494,7 @@ class CommitOperator(BaseOperator):
         log_commit_result(self, result)
         if self.cleanup_staged and (staged or planned_staged):
             # The staged specs of failed groups too: no task will read them again.
-            self._discard(table, dict.fromkeys([*staged, *planned_staged]))
+            self._discard(table, [*staged, *planned_staged])
         emit_table_asset(self, context, catalog=self.hook.catalog_name, table=table_name, result=result)
         return result
 
@@ -511,27 +511,17 @@ class CommitOperator(BaseOperator):
                 "Commit %s already landed as snapshots %s: keeping every written file", commit_id, landed
             )
             return f"commit {commit_id} already landed as snapshots {landed}, so no file was deleted"
-        paths = [
-            str(f["file-path"])
-            for r in results
-            for f in r.get("added_data_files", []) or []
-            if isinstance(f, Mapping) and f.get("file-path")
-        ]
-        for path in paths:
-            try:
-                table.io.delete(path)
-            except FileNotFoundError:
-                pass
-            except OSError as err:  # best effort: the orphan scan finds what is left
-                self.log.warning("Could not delete uncommitted file %s: %s", path, err)
+        from airflow_provider_iceberg_exec.engine.cleanup import delete_unreferenced, uris_of
+
+        written = [uri for r in results for uri in uris_of(r.get("added_data_files") or [])]
+        report = delete_unreferenced(table, written, what=f"uncommitted output of {commit_id}")
         if self.cleanup_staged and staged:
-            self._discard(table, dict.fromkeys(staged))
-        self.log.warning(
-            "Nothing committed to %s; deleted the %s files the delivered tasks wrote",
-            ".".join(table.name()),
-            len(paths),
+            self._discard(table, staged)
+        kept = len(report.referenced) + len(report.outside)
+        return (
+            f"the table is unchanged and the {len(report.deleted)} files the other tasks wrote were deleted"
+            + (f" ({kept} kept: referenced by the table or outside its locations)" if kept else "")
         )
-        return f"the table is unchanged and the {len(paths)} files the other tasks wrote were deleted"
 
     def _wait_for_quiet(self, table: Table, branch: str, quiet: float, timeout: float) -> None:
         """Wait until ``branch`` has had no new snapshot for ``quiet`` seconds, re-checking after waiting.
@@ -567,11 +557,9 @@ class CommitOperator(BaseOperator):
             time.sleep(wait)
 
     def _discard(self, table: Table, uris: Iterable[str]) -> None:
-        for uri in uris:
-            try:
-                table.io.delete(uri)
-            except OSError as err:  # cleanup is best effort: the commit has landed
-                self.log.warning("Could not delete staged payload %s: %s", uri, err)
+        from airflow_provider_iceberg_exec.engine.payloads import discard_payloads
+
+        discard_payloads(table, list(dict.fromkeys(uris)))
 
 
 def _landed_snapshot_ids(table: Table, commit_id: str) -> list[int]:

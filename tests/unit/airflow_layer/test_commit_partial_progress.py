@@ -90,9 +90,14 @@ def _cow_result(task_id: int, added: list[str]) -> dict:
     }
 
 
+def _data_dir(tmp_path):
+    """The table's data directory: cleanup deletes nothing outside the table's locations."""
+    return tmp_path / "warehouse" / "ns" / "events" / "data"
+
+
 def _written(tmp_path, name: str) -> str:
     """A real file standing for what a rewrite wrote; returns its ``file://`` location."""
-    path = tmp_path / "written" / name
+    path = _data_dir(tmp_path) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"PAR1")
     return f"file://{path}"
@@ -260,7 +265,7 @@ def test_partial_progress_commits_the_delivered_groups_and_reports_the_failed_fi
     assert out["failed_data_files_count"] == 3
     assert json.loads(json.dumps(out)) == out
     assert "1 of 3 file groups failed and are left as they are (3 data files): 1" in capsys.readouterr().out
-    assert (tmp_path / "written" / "a").exists()
+    assert (_data_dir(tmp_path) / "a").exists()
 
 
 def test_a_retried_partial_commit_uses_the_same_commit_id_and_failure_count(
@@ -291,7 +296,7 @@ def test_without_partial_progress_the_commit_fails_and_deletes_what_the_others_w
     assert "\n" not in message
     assert "1 of 3 file groups failed (1; 3 data files)" in message
     assert "the table is unchanged and the 3 files the other tasks wrote were deleted" in message
-    assert list((tmp_path / "written").iterdir()) == []
+    assert not any((_data_dir(tmp_path) / name).exists() for name in ("a0", "a1", "c0"))
     assert sqlite_table.refresh().current_snapshot().snapshot_id == head
 
 
@@ -350,7 +355,7 @@ def test_a_missing_copy_on_write_result_fails_and_deletes_the_written_files(
         CommitOperator(task_id="commit", results=[_cow_result(0, [written])], planned=planned).execute(
             _context()
         )
-    assert not (tmp_path / "written" / "cow-out").exists()
+    assert not (_data_dir(tmp_path) / "cow-out").exists()
 
 
 def test_nothing_is_deleted_when_the_commit_id_already_landed(
@@ -374,4 +379,4 @@ def test_nothing_is_deleted_when_the_commit_id_already_landed(
         CommitOperator(task_id="commit", results=[_result(specs[0], [written])], planned=specs).execute(
             _context()
         )
-    assert (tmp_path / "written" / "live").exists()
+    assert (_data_dir(tmp_path) / "live").exists()

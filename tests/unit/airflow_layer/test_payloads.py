@@ -15,7 +15,6 @@ from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, Data
 from airflow_provider_iceberg_exec.engine.payloads import (
     PAYLOAD_REF_SCHEMA,
     count_files,
-    discard_payload,
     is_payload_ref,
     offload_payload,
     resolve_payload,
@@ -87,11 +86,11 @@ def test_retry_overwrites_its_staged_file(io, tmp_path):
     assert len(resolve_payload(io, second)["rewritten_data_files"]) == 30
 
 
-def test_discard_deletes_the_staged_file_once(io, tmp_path):
+def test_a_deleted_staged_file_no_longer_resolves(io, tmp_path):
+    """Discarding is the table's safe delete (tests/integration/test_no_lost_files.py); once gone, a
+    reference cannot be resolved."""
     ref = offload_payload(io, str(tmp_path), _result(5), name="gone", threshold=0)
-    assert discard_payload(io, ref) is True
-    assert discard_payload(io, ref) is False
-    assert discard_payload(io, _result(1)) is False
+    io.delete(ref["uri"])
     with pytest.raises(DataFileCodecError, match="cannot be read"):
         resolve_payload(io, ref)
 
