@@ -629,6 +629,7 @@ class _ManifestRewrite:
 class _Attempt:
     """What one commit attempt validated against the branch head and will write."""
 
+    metadata: TableMetadata  # the branch head's metadata, read once: each Transaction read copies it
     base: Snapshot | None
     carried: list[ManifestFile]
     rewrites: list[_ManifestRewrite]
@@ -713,6 +714,13 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
             raise _AlreadyCommittedError(found)
         # Read and validate before writing anything, so that a failed validation leaves no file behind.
         self._attempt = self._plan_attempt(metadata)
+        # On every attempt: a commit that retried for long may have outlived a short orphan age, and
+        # must never make a file live that is gone.
+        if gone := [f.file_path for f in self._added if not self._io.new_input(f.file_path).exists()]:
+            raise ValidationException(
+                f"output files no longer exist (removed as orphans while the commit retried?): "
+                f"{_some(gone)}; plan and rewrite again"
+            )
         return super()._commit()
 
     def _deleted_entries(self) -> list[ManifestEntry]:
@@ -723,7 +731,7 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
 
     def _manifests(self) -> list[ManifestFile]:
         attempt = self._current_attempt()
-        metadata = self._transaction.table_metadata
+        metadata = attempt.metadata
         explicit_seq = (
             attempt.base.sequence_number
             if self._explicit_sequence_number and attempt.base is not None and metadata.format_version >= 2
@@ -766,7 +774,7 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
 
     def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
         attempt = self._current_attempt()
-        metadata = self._transaction.table_metadata
+        metadata = attempt.metadata
         parent = (
             metadata.snapshot_by_id(self._parent_snapshot_id)
             if self._parent_snapshot_id is not None
@@ -805,7 +813,7 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
         return self._attempt
 
     def _new_writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
-        metadata = self._transaction.table_metadata
+        metadata = self._current_attempt().metadata
         return new_manifest_writer(
             format_version=metadata.format_version,
             content=content,
@@ -829,7 +837,7 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
                 and not self._removed_delete_files
             ):
                 # Adding to a branch that had and still has no snapshot: nothing to validate.
-                return _Attempt(base=None, carried=[], rewrites=[])
+                return _Attempt(metadata=metadata, base=None, carried=[], rewrites=[])
             raise ValidationException(
                 f"Cannot determine history between starting snapshot {self._base_snapshot_id} and the last "
                 f"known ancestor None: branch {self._target_branch} has no snapshot"
@@ -863,7 +871,7 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
             else:
                 carried.append(manifest)
 
-        attempt = _Attempt(base=base, carried=carried, rewrites=rewrites)
+        attempt = _Attempt(metadata=metadata, base=base, carried=carried, rewrites=rewrites)
         found = {entry.data_file.file_path for entry in attempt.removed_entries}
         if missing := (removed_paths | removed_delete_paths) - found:
             raise ValidationException(f"Missing required files to delete: {_some(sorted(missing))}")

@@ -739,11 +739,16 @@ def _walk_local(base: str, partition_prefixes: tuple[str, ...]) -> Iterator[tupl
             for entry in entries:
                 if _is_hidden(entry.name, partition_prefixes):
                     continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                elif entry.is_file():
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                        continue
+                    if not entry.is_file():
+                        continue
                     st = entry.stat()
-                    yield entry.path, st.st_size, st.st_mtime_ns // 1_000_000
+                except FileNotFoundError:
+                    continue  # removed while listed (a failed commit's cleanup, say): not an orphan
+                yield entry.path, st.st_size, st.st_mtime_ns // 1_000_000
 
 
 # -- the joins ------------------------------------------------------------------------------------------

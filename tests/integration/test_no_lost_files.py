@@ -444,3 +444,50 @@ def test_catalog_errors_are_one_line_with_the_catalog_name(
     assert message in err.getvalue()
     assert len(err.getvalue().strip().splitlines()) == 1
     assert "secret" not in err.getvalue()
+
+
+def test_a_commit_never_makes_a_vanished_output_live(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """Checked on every commit attempt: a commit that retried for long may outlive a short orphan age,
+    and the orphan removal may have deleted its output meanwhile (bench/soak.py saw it)."""
+    from pyiceberg.manifest import DataFile
+
+    from airflow_provider_iceberg_exec.engine.commit import commit_rewrite
+    from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_json
+    from airflow_provider_iceberg_exec.engine.errors import CommitValidationError
+
+    table = catalog.load_table("ns.t")
+    before, state = live_checksum(table), table_state(table)
+    _, results = _plan_and_execute(table, tmp_path)
+    specs, schema = table.metadata.specs(), table.metadata.schema()
+
+    def decode(key: str) -> list[DataFile]:
+        return [data_file_from_json(f, specs, schema) for r in results for f in r[key]]
+
+    added = decode("added_data_files")
+    os.remove(local_path(added[0].file_path))
+
+    with pytest.raises(CommitValidationError, match="output files no longer exist"):
+        commit_rewrite(
+            table,
+            base_snapshot_id=results[0]["base_snapshot_id"],
+            rewritten_data_files=decode("rewritten_data_files"),
+            added_data_files=added,
+            commit_id="late",
+        )
+    assert table_state(table) == state
+    assert live_checksum(table) == before
+
+
+def test_orphan_listing_skips_a_file_removed_while_it_walks(tmp_path: Path) -> None:
+    """A failed commit's cleanup removing its manifests during the listing is not an error."""
+    from airflow_provider_iceberg_exec.engine.orphans import _walk_local
+
+    for i in range(10):
+        (tmp_path / f"m{i}.avro").write_bytes(b"x")
+    walk = _walk_local(str(tmp_path), ())
+    first = next(walk)
+    for path in tmp_path.iterdir():
+        if str(path) != first[0]:
+            path.unlink()
+
+    assert list(walk) == []
