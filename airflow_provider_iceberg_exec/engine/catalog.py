@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.errors import (
     CatalogUnavailableError,
+    CommitConflictError,
     ConfigurationError,
     IcebergExecError,
     TableNotFoundError,
@@ -28,9 +29,11 @@ __all__ = [
     "ALLOWED_PROPERTY_PATTERNS",
     "CatalogConfig",
     "catalog_errors",
+    "is_locked",
     "load_catalog",
     "load_table",
     "parse_table_name",
+    "refresh_table",
 ]
 
 #: Catalog and FileIO properties the engine accepts. Anything else is refused with the list below.
@@ -206,6 +209,12 @@ def catalog_errors(name: str) -> Iterator[None]:
         from sqlalchemy.exc import DBAPIError, OperationalError
         from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+        if is_locked(err):
+            raise CommitConflictError(
+                f"the database of catalog {name!r} is locked by another writer (database is locked); "
+                "retry later"
+            ) from err
+
         if isinstance(err, (OperationalError, PoolTimeout)) or (
             isinstance(err, DBAPIError) and err.connection_invalidated
         ):
@@ -213,6 +222,23 @@ def catalog_errors(name: str) -> Iterator[None]:
                 f"cannot reach the database of catalog {name!r}: {_first_line(err)}"
             ) from err
         raise ConfigurationError(f"cannot open the database of catalog {name!r}: {_first_line(err)}") from err
+
+
+def refresh_table(table: Table) -> Table:
+    """``table.refresh()``, its catalog's failures as one-line engine errors (:func:`catalog_errors`)."""
+    with catalog_errors(".".join(table.name())):
+        table.refresh()
+    return table
+
+
+def is_locked(err: BaseException) -> bool:
+    """Whether a SQL catalog's driver error says the database is locked by another writer (SQLite).
+
+    >>> is_locked(RuntimeError("(sqlite3.OperationalError) database is locked"))
+    True
+    """
+    text = str(err)
+    return "database is locked" in text or "database table is locked" in text or "database is busy" in text
 
 
 def _first_line(err: BaseException) -> str:

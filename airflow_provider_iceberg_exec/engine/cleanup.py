@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.reachable import (
@@ -65,24 +65,28 @@ class CleanupReport:
     :param outside: kept: they lie outside the table's locations.
     :param missing: already gone.
     :param failed: the delete failed (``"uri: reason"``); left for the orphan scan.
+    :param unproven: kept: the table could not be read to prove them unreferenced (catalog or storage
+        down); left for the orphan scan.
     """
 
     deleted: tuple[str, ...] = ()
     referenced: tuple[str, ...] = ()
     outside: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
-    failed: tuple[str, ...] = field(default=())
+    failed: tuple[str, ...] = ()
+    unproven: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line for a log or an error message.
 
-        >>> CleanupReport(deleted=("a",), referenced=("b",)).describe()
-        'deleted 1 file(s); kept 1 the table references, 0 outside its locations; 0 already gone, 0 failed'
+        >>> CleanupReport(deleted=("a",), referenced=("b",)).describe()  # doctest: +NORMALIZE_WHITESPACE
+        'deleted 1 file(s); kept 1 the table references, 0 outside its locations, 0 unproven;
+         0 already gone, 0 failed'
         """
         return (
             f"deleted {len(self.deleted)} file(s); kept {len(self.referenced)} the table references, "
-            f"{len(self.outside)} outside its locations; {len(self.missing)} already gone, "
-            f"{len(self.failed)} failed"
+            f"{len(self.outside)} outside its locations, {len(self.unproven)} unproven; "
+            f"{len(self.missing)} already gone, {len(self.failed)} failed"
         )
 
 
@@ -221,14 +225,27 @@ def delete_unreferenced(
     candidates = list(dict.fromkeys(str(u) for u in uris if u))
     if not candidates:
         return CleanupReport()
-    table.refresh()
-    metadata = table.metadata
-    allowed = table_roots(metadata)
-    if roots is not None:
-        allowed = [r for r in roots if any(r.startswith(root) for root in allowed)]
-    outside = [uri for uri in candidates if not under_roots(uri, allowed)]
-    inside = [uri for uri in candidates if uri not in outside]
-    live = referenced_paths(table.io, metadata, table.metadata_location, inside)
+    name = ".".join(table.name())
+    try:
+        table.refresh()
+        metadata = table.metadata
+        allowed = table_roots(metadata)
+        if roots is not None:
+            allowed = [r for r in roots if any(r.startswith(root) for root in allowed)]
+        outside = [uri for uri in candidates if not under_roots(uri, allowed)]
+        inside = [uri for uri in candidates if uri not in outside]
+        live = referenced_paths(table.io, metadata, table.metadata_location, inside)
+    except Exception as err:
+        # Unproven means kept: the files become orphans for the orphan scan, never a lost live file.
+        log.warning(
+            "%s: cannot prove %d file(s) unreferenced (%s: %s); keeping them (%s)",
+            name,
+            len(candidates),
+            type(err).__name__,
+            " ".join(str(err).split())[:300],
+            what,
+        )
+        return CleanupReport(unproven=tuple(candidates))
     referenced = [uri for uri in inside if _path(uri) in live]
     delete = remove or table.io.delete
     deleted: list[str] = []
@@ -246,7 +263,6 @@ def delete_unreferenced(
         else:
             deleted.append(uri)
     report = CleanupReport(tuple(deleted), tuple(referenced), tuple(outside), tuple(missing), tuple(failed))
-    name = ".".join(table.name())
     for uri in referenced:
         log.warning("%s: keeping %s (%s): the table's current metadata references it", name, uri, what)
     for uri in outside:

@@ -96,11 +96,13 @@ from pyiceberg.table.update import UpdatesAndRequirements
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import EMPTY_DICT, Record
 
+from airflow_provider_iceberg_exec.engine.catalog import catalog_errors
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     CommitValidationError,
     ConfigurationError,
+    IcebergExecError,
     TableNotFoundError,
 )
 from airflow_provider_iceberg_exec.engine.manifests import (
@@ -409,7 +411,8 @@ def _commit_files(
     """Commit what ``producer`` stages, idempotently by ``commit_id``, mapping PyIceberg's errors."""
     name = ".".join(table.name())
     try:
-        table.refresh()
+        with catalog_errors(name):
+            table.refresh()
     except NoSuchTableError as err:
         raise TableNotFoundError(f"table {name} does not exist") from err
     _check_table(table.metadata, branch, name, removed_delete_files)
@@ -446,6 +449,10 @@ def _commit_files(
             f"the catalog did not confirm commit {commit_id} to {name}; check for a snapshot with "
             f"{COMMIT_ID_PROPERTY}={commit_id} before retrying: {_one_line(err)}"
         ) from err
+    except Exception as err:
+        if (mapped := _database_failure(err, commit_id, name)) is None:
+            raise
+        raise mapped from err
 
     snapshot = table.metadata.snapshot_by_id(staged.snapshot_id)
     if snapshot is None:  # pragma: no cover - the catalog returned metadata without our snapshot
@@ -599,6 +606,35 @@ def _some(paths: Sequence[str], shown: int = 3) -> str:
     """
     more = len(paths) - shown
     return ", ".join(paths[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def _database_failure(err: Exception, commit_id: str, name: str) -> IcebergExecError | None:
+    """A SQL catalog's driver error during the pointer swap, as the engine error it means, or ``None``.
+
+    A locked database (SQLite) refused the swap: nothing was committed, retry later. A connection lost
+    or invalidated may have lost the reply to a swap that landed: the state is unknown, as Java's
+    ``JdbcTableOperations`` reports it; the next run reconciles by commit id.
+    """
+    if not type(err).__module__.startswith("sqlalchemy"):
+        return None
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+    from airflow_provider_iceberg_exec.engine.catalog import is_locked
+
+    if is_locked(err):
+        return CommitConflictError(
+            f"the catalog database of {name} is locked by another writer (database is locked); nothing was "
+            "committed, retry later"
+        )
+    if isinstance(err, (OperationalError, InterfaceError)) or (
+        isinstance(err, DBAPIError) and err.connection_invalidated
+    ):
+        first = str(getattr(err, "orig", None) or err).strip().splitlines()[0:1] or [type(err).__name__]
+        return CommitStateUnknownError(
+            f"the catalog's database connection was lost during commit {commit_id} to {name} ({first[0]}); "
+            f"check for a snapshot with {COMMIT_ID_PROPERTY}={commit_id} before retrying"
+        )
+    return None
 
 
 def _one_line(err: BaseException) -> str:

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_iceberg_exec.engine.catalog import refresh_table
 from airflow_provider_iceberg_exec.engine.cleanup import delete_unreferenced, uris_of
 from airflow_provider_iceberg_exec.engine.commit import (
     COMMIT_ID_PROPERTY,
@@ -111,7 +112,7 @@ def plan_compaction(
         :func:`execute_rewrite_task`.
     :raises ConfigurationError: for bad options, strategy, sort order or filter.
     """
-    table.refresh()
+    refresh_table(table)
     metadata = table.metadata
     schema = metadata.schema()
     resolved = CompactionOptions.from_options(options, metadata.properties)
@@ -398,7 +399,7 @@ def commit_compaction(
     batches: dict[int, list[Mapping[str, Any]]] = {}
     for doc in docs:
         batches.setdefault(int(doc["commit_batch"]), []).append(doc)
-    table.refresh()
+    refresh_table(table)
     check_branch(table.metadata, branch, _table_name(table))
     schema = table.metadata.schema()
     specs = table.metadata.specs()
@@ -548,7 +549,7 @@ def _landed_result(table: Table, branch: str, commit_id: str) -> dict[str, Any] 
     Counts come from the snapshot summaries; ``rewritten_bytes_count`` is their ``removed-files-size``,
     which also counts the bytes of the delete files removed.
     """
-    table.refresh()
+    refresh_table(table)
     landed = landed_snapshots(table.metadata, commit_id, branch)
     if not landed:
         return None

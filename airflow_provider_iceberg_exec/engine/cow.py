@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.expressions.visitors import BoundBooleanExpressionVisitor, bind, rewrite_not, visit
 
+from airflow_provider_iceberg_exec.engine.catalog import refresh_table
 from airflow_provider_iceberg_exec.engine.cleanup import delete_unreferenced, uris_of
 from airflow_provider_iceberg_exec.engine.commit import (
     DanglingDeletes,
@@ -695,7 +696,7 @@ def plan_cow_rewrite(
         for a format-version 3 table.
     """
     kind = _operation(operation)
-    table.refresh()
+    refresh_table(table)
     metadata = table.metadata
     if metadata.format_version >= 3:
         raise ConfigurationError(
@@ -1356,7 +1357,7 @@ def commit_cow_rewrite(
         raise DataFileCodecError("the results list a task more than once; commit each task's result once")
     summary["operation"] = first["operation"]
     summary["isolation_level"] = first["isolation_level"]
-    table.refresh()
+    refresh_table(table)
     branch = str(first["branch"])
     check_branch(table.metadata, branch, summary["table"])
     schema = table.metadata.schema()

@@ -5,7 +5,7 @@ module turns them into the rows to keep:
 
 - **Deletion vectors** (v3, Puffin ``deletion-vector-v1`` blobs) are read blob by blob at
   ``content_offset``/``content_size_in_bytes`` (length, magic and CRC-32 checked) and decoded from the
-  portable 64-bit roaring format with NumPy. Where a DV applies to a data file, position delete files do
+  portable 64-bit roaring format with pyroaring. Where a DV applies to a data file, position delete files do
   not (spec 6.2).
 - **Position delete files** are streamed with a ``file_path == <data file>`` filter; the positions of one
   data file are bounded by its row count and kept as one sorted array. Rows are dropped by their running
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import MIN_MEMORY_LIMIT_BYTES, ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
+from airflow_provider_iceberg_exec.engine.manifests import v3_field
 from airflow_provider_iceberg_exec.engine.read import iter_data_file_batches, read_batch_rows
 from airflow_provider_iceberg_exec.engine.scan import ScannedDelete, ScannedFile
 from airflow_provider_iceberg_exec.engine.staging import (
@@ -64,11 +65,6 @@ log = logging.getLogger(__name__)
 FILE_PATH_FIELD_ID = 2147483546
 POS_FIELD_ID = 2147483545
 _DV_MAGIC = b"\xd1\xd3\x39\x64"
-_SERIAL_COOKIE_NO_RUN = 12346
-_SERIAL_COOKIE = 12347
-_NO_OFFSET_THRESHOLD = 4
-_ARRAY_CONTAINER_MAX = 4096
-_BITMAP_CONTAINER_BYTES = 8192
 _READ_BUFFER_BYTES = 1 << 20
 _HIDDEN = "__iceberg_exec_"
 _SEQ = f"{_HIDDEN}seq"
@@ -102,15 +98,6 @@ class DeleteStats:
         return self.position_deleted + self.equality_deleted
 
 
-def _v3_field(data_file: DataFile, name: str) -> Any:
-    from pyiceberg.manifest import DATA_FILE_TYPE
-
-    for position, field in enumerate(DATA_FILE_TYPE[3].fields):
-        if field.name == name:
-            return data_file[position] if len(data_file) > position else None
-    return None  # pragma: no cover - every name asked for is a v3 field
-
-
 def is_deletion_vector(delete_file: DataFile) -> bool:
     """Whether ``delete_file`` is a deletion vector (a position delete stored in a Puffin file)."""
     from pyiceberg.manifest import DataFileContent, FileFormat
@@ -132,8 +119,8 @@ def read_deletion_vector(io: FileIO, dv: DataFile) -> npt.NDArray[np.int64]:
     :returns: the positions as a sorted int64 array.
     :raises DataFileReadError: when the entry lacks the blob location or the blob is malformed.
     """
-    offset = _v3_field(dv, "content_offset")
-    size = _v3_field(dv, "content_size_in_bytes")
+    offset = v3_field(dv, "content_offset")
+    size = v3_field(dv, "content_size_in_bytes")
     if offset is None or size is None:
         raise DataFileReadError(
             f"deletion vector {dv.file_path} has no content_offset/content_size_in_bytes in its manifest"
@@ -168,76 +155,19 @@ def decode_deletion_vector(blob: bytes, what: str = "blob") -> npt.NDArray[np.in
     (crc,) = struct.unpack(">I", blob[4 + length : 8 + length])
     if zlib.crc32(body) & 0xFFFFFFFF != crc:
         raise DataFileReadError(f"deletion vector {what}: CRC-32 mismatch")
-    return _decode_roaring64(memoryview(body)[4:], what)
+    return _decode_roaring64(bytes(body[4:]), what)
 
 
-def _decode_roaring64(data: memoryview, what: str) -> npt.NDArray[np.int64]:
+def _decode_roaring64(data: bytes, what: str) -> npt.NDArray[np.int64]:
+    """The positions of a portable 64-bit roaring bitmap (the spec's layout, CRoaring's portable format)."""
     import numpy as np
-
-    if len(data) < 8:
-        raise DataFileReadError(f"deletion vector {what}: truncated bitmap")
-    (count,) = struct.unpack_from("<Q", data, 0)
-    pos = 8
-    parts: list[npt.NDArray[np.int64]] = []
-    for _ in range(count):
-        (high,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        low, pos = _decode_roaring32(data, pos, what)
-        parts.append(low.astype(np.int64) + (np.int64(high) << np.int64(32)))
-    if not parts:
-        return np.empty(0, dtype=np.int64)
-    return np.concatenate(parts)
-
-
-def _decode_roaring32(data: memoryview, pos: int, what: str) -> tuple[npt.NDArray[np.uint32], int]:
-    """Decode one portable 32-bit roaring bitmap starting at ``pos``; return its values and the end."""
-    import numpy as np
+    from pyroaring import BitMap64
 
     try:
-        (cookie,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        run_flags: bytes | None = None
-        if cookie & 0xFFFF == _SERIAL_COOKIE:
-            n = (cookie >> 16) + 1
-            run_flags = bytes(data[pos : pos + (n + 7) // 8])
-            pos += (n + 7) // 8
-        elif cookie == _SERIAL_COOKIE_NO_RUN:
-            (n,) = struct.unpack_from("<I", data, pos)
-            pos += 4
-        else:
-            raise DataFileReadError(f"deletion vector {what}: unknown roaring cookie {cookie}")
-        header = np.frombuffer(data, dtype="<u2", count=2 * n, offset=pos)
-        keys, cards = header[0::2].astype(np.uint32), header[1::2].astype(np.int64) + 1
-        pos += 4 * n
-        if run_flags is None or n >= _NO_OFFSET_THRESHOLD:
-            pos += 4 * n  # container offsets: containers follow in order, so they are not needed
-        values: list[npt.NDArray[np.uint32]] = []
-        for i in range(n):
-            is_run = run_flags is not None and run_flags[i // 8] >> (i % 8) & 1
-            if is_run:
-                (runs,) = struct.unpack_from("<H", data, pos)
-                pairs = np.frombuffer(data, dtype="<u2", count=2 * runs, offset=pos + 2).astype(np.uint32)
-                pos += 2 + 4 * runs
-                low = (
-                    np.concatenate(
-                        [np.arange(s, s + length + 1, dtype=np.uint32) for s, length in pairs.reshape(-1, 2)]
-                    )
-                    if runs
-                    else np.empty(0, dtype=np.uint32)
-                )
-            elif cards[i] > _ARRAY_CONTAINER_MAX:
-                bits = np.frombuffer(data, dtype=np.uint8, count=_BITMAP_CONTAINER_BYTES, offset=pos)
-                low = np.flatnonzero(np.unpackbits(bits, bitorder="little")).astype(np.uint32)
-                pos += _BITMAP_CONTAINER_BYTES
-            else:
-                low = np.frombuffer(data, dtype="<u2", count=int(cards[i]), offset=pos).astype(np.uint32)
-                pos += 2 * int(cards[i])
-            values.append(low + (keys[i] << np.uint32(16)))
-    except (struct.error, ValueError) as err:
+        bitmap = BitMap64.deserialize(data)
+    except (ValueError, OverflowError) as err:
         raise DataFileReadError(f"deletion vector {what}: truncated or malformed bitmap ({err})") from err
-    if not values:
-        return np.empty(0, dtype=np.uint32), pos
-    return np.concatenate(values), pos
+    return np.frombuffer(bitmap.to_array(), dtype=np.uint64).astype(np.int64)
 
 
 # -- position delete files ---------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ anything else is explicit (spec, "Sequence Number Inheritance").
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.avro.file import AvroFile, AvroOutputFile
@@ -49,6 +50,7 @@ __all__ = [
     "read_manifest_entries",
     "referenced_data_file",
     "to_record_layout",
+    "v3_field",
 ]
 
 #: ``data_file.referenced_data_file``: the data file every delete in a delete file points at.
@@ -94,6 +96,16 @@ def referenced_data_file(data_file: DataFile) -> str | None:
         return None
     value = data_file[_REFERENCED_DATA_FILE_POS]
     return value if isinstance(value, str) else None
+
+
+def v3_field(data_file: DataFile, name: str) -> Any:
+    """A format-version 3 field of a content file (``content_offset``, ...), or ``None`` when absent."""
+    from pyiceberg.manifest import DATA_FILE_TYPE
+
+    for position, field in enumerate(DATA_FILE_TYPE[3].fields):
+        if field.name == name:
+            return data_file[position] if len(data_file) > position else None
+    return None  # pragma: no cover - every name asked for is a v3 field
 
 
 def read_manifest_entries(

@@ -122,7 +122,7 @@ class BaseFiles:
 
         if removed and (self.missing or self.base_snapshot_id is None):
             raise DataFileCodecError(f"base snapshot {self.base_snapshot_id} is not a snapshot of the table")
-        position_deletes: dict[str, int] = {}
+        position_deletes: dict[tuple[str, int | None], int] = {}
         equality = False
         for data_file in removed:
             path = data_file.file_path
@@ -148,9 +148,18 @@ class BaseFiles:
                 if delete.data_file.content == DataFileContent.EQUALITY_DELETES:
                     equality = True
                 else:
-                    position_deletes[delete.data_file.file_path] = delete.data_file.record_count
+                    # Deletion vectors of several data files share one Puffin file: key by blob too.
+                    key = (delete.data_file.file_path, _content_offset(delete.data_file))
+                    position_deletes[key] = delete.data_file.record_count
         records = sum(self.live[f.file_path].data_file.record_count for f in removed)
         return RemovedAtBase(records, sum(position_deletes.values()), equality)
+
+
+def _content_offset(delete_file: DataFile) -> int | None:
+    from airflow_provider_iceberg_exec.engine.manifests import v3_field
+
+    offset = v3_field(delete_file, "content_offset")
+    return None if offset is None else int(offset)
 
 
 def check_rows(

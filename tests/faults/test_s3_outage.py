@@ -148,7 +148,7 @@ def test_s3_crash_leaves_the_table_unchanged_and_the_retry_compacts_once(outage:
     assert table.current_snapshot().summary.operation.value == "replace"
 
 
-def test_s3_crash_reports_the_outage_itself(outage: Outage, request: pytest.FixtureRequest) -> None:
+def test_s3_crash_reports_the_outage_itself(outage: Outage) -> None:
     """The error the task reports is the outage it ran into, not one raised by its own cleanup.
 
     Why: after a failed group, ``compact()`` removes what the earlier groups wrote; that cleanup is
@@ -156,16 +156,6 @@ def test_s3_crash_reports_the_outage_itself(outage: Outage, request: pytest.Fixt
     must log and let the original error through. Otherwise the task log blames a metadata read of the
     cleanup instead of the rewrite that failed. An input that cannot be opened is a DataFileReadError.
     """
-    if outage.seam.startswith("rewrite"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "engine/cleanup.py delete_unreferenced() calls table.refresh() unguarded: with S3 "
-                    "down the cleanup in compact() raises its own OSError over the rewrite's error"
-                ),
-            )
-        )
     name, message, trace = outage.error
     assert _CHAINED not in trace, trace
     assert "\n" not in message.strip()

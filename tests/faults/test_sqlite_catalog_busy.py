@@ -189,14 +189,6 @@ def test_lock_held_past_the_busy_timeout_leaves_the_table_unchanged_and_a_retry_
     assert live_checksum(table) == prepared.checksum
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "SqlCatalog's 'database is locked' (sqlalchemy.exc.OperationalError, from table.refresh() or the "
-        "pointer swap) escapes commit_compaction unmapped: multi-line, with the SQL and a URL, instead "
-        "of CommitConflictError"
-    ),
-)
 def test_lock_held_past_the_busy_timeout_is_a_clean_commit_conflict(busy: Busy) -> None:
     """The error is the engine's CommitConflictError ("retry later"), in one line.
 
