@@ -37,6 +37,7 @@ from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_js
 from airflow_provider_iceberg_exec.engine.deletes import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.documents import (
     applied_deletes_of,
+    check_base_snapshot,
     check_rewrite_result,
     check_rewrite_task,
 )
@@ -238,6 +239,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
     """
     check_rewrite_task(task)
     metadata = table.metadata
+    check_base_snapshot(metadata, task["base_snapshot_id"])
     schema = metadata.schema()
     specs = metadata.specs()
     output_spec_id = int(task["output_spec_id"])

@@ -87,6 +87,7 @@ from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_js
 from airflow_provider_iceberg_exec.engine.deletes import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.documents import (
     applied_deletes_of,
+    check_base_snapshot,
     check_cow_result,
     check_cow_task,
 )
@@ -934,6 +935,8 @@ def execute_cow_task(table: Table, task: Mapping[str, Any], limits: ResourceLimi
     """
     doc = check_cow_task(task)
     metadata = table.metadata
+    if doc["base_snapshot_id"] is not None:
+        check_base_snapshot(metadata, doc["base_snapshot_id"])
     schema = metadata.schema()
     if int(doc["schema_id"]) != schema.schema_id:
         raise ConfigurationError(

@@ -31,6 +31,7 @@ from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 
 __all__ = [
     "applied_deletes_of",
+    "check_base_snapshot",
     "check_compaction_plan",
     "check_cow_plan",
     "check_cow_result",
@@ -129,6 +130,18 @@ def applied_deletes_of(entry: Mapping[str, Any]) -> dict[str, Any]:
             for d in entry.get("delete-files") or []
         },
     }
+
+
+def check_base_snapshot(metadata: Any, snapshot_id: int) -> None:
+    """Refuse a task planned on a snapshot the table does not have (another table's, or expired).
+
+    :raises DataFileCodecError: naming the snapshot.
+    """
+    if metadata.snapshot_by_id(snapshot_id) is None:
+        raise DataFileCodecError(
+            f"the task's base snapshot {snapshot_id} is not a snapshot of the table (planned on another "
+            "table, or expired since): plan again"
+        )
 
 
 def content_file_entries(doc: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
