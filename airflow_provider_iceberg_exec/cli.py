@@ -21,8 +21,8 @@ __all__ = ["main"]
 def _catalog(name: str) -> Any:
     from pyiceberg.utils.config import Config
 
-    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
     from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
 
     properties = Config().get_catalog_config(name)
     if not properties:
@@ -34,7 +34,7 @@ def _catalog(name: str) -> Any:
 
 
 def _table(args: argparse.Namespace) -> Any:
-    from airflow_provider_iceberg_exec.engine.catalog import load_table
+    from airflow_provider_iceberg_exec.engine.io.catalog import load_table
 
     return load_table(_catalog(args.catalog), args.table)
 
@@ -109,14 +109,14 @@ def _summary(result: dict[str, Any]) -> str:
 
 
 def _cmd_compact(args: argparse.Namespace, out: IO[str]) -> None:
-    from airflow_provider_iceberg_exec.engine.compaction import compact
+    from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
     result = compact(_table(args), limits=_limits(args), commit_id=args.commit_id, **_plan_args(args))
     out.write((json.dumps(result, indent=2, sort_keys=True) if args.json else _summary(result)) + "\n")
 
 
 def _cmd_resolve_deletes(args: argparse.Namespace, out: IO[str]) -> None:
-    from airflow_provider_iceberg_exec.engine.resolve import resolve_equality_deletes
+    from airflow_provider_iceberg_exec.engine.ops.resolve import resolve_equality_deletes
 
     result = resolve_equality_deletes(
         _table(args),
@@ -130,16 +130,16 @@ def _cmd_resolve_deletes(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace, out: IO[str]) -> None:
-    from airflow_provider_iceberg_exec.engine.compaction import plan_compaction
+    from airflow_provider_iceberg_exec.engine.ops.compaction import plan_compaction
 
     _emit(plan_compaction(_table(args), **_plan_args(args)), args, out)
 
 
 def _cmd_execute(args: argparse.Namespace, out: IO[str]) -> None:
-    from airflow_provider_iceberg_exec.engine.compaction import execute_rewrite_task
     from airflow_provider_iceberg_exec.engine.contracts import COMPACTION_PLAN
     from airflow_provider_iceberg_exec.engine.documents import check_compaction_plan, check_rewrite_task
     from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+    from airflow_provider_iceberg_exec.engine.ops.compaction import execute_rewrite_task
 
     doc = _read_json(args.task)
     is_plan = isinstance(doc, dict) and doc.get("schema") == COMPACTION_PLAN
@@ -151,7 +151,7 @@ def _cmd_execute(args: argparse.Namespace, out: IO[str]) -> None:
     if not tasks:
         _emit([], args, out)
         return
-    from airflow_provider_iceberg_exec.engine.catalog import load_table
+    from airflow_provider_iceberg_exec.engine.io.catalog import load_table
 
     table = load_table(_catalog(args.catalog), str(tasks[0]["table"]))
     limits = _limits(args)
@@ -159,41 +159,29 @@ def _cmd_execute(args: argparse.Namespace, out: IO[str]) -> None:
     _emit(results if is_plan else results[0], args, out)
 
 
-#: the commit of each result kind
-_COMMITTERS = {
-    "iceberg-exec/rewrite-result@1": ("compaction", "commit_compaction"),
-    "iceberg-exec/cow-result@1": ("cow", "commit_cow_rewrite"),
-}
-
-
 def _cmd_commit(args: argparse.Namespace, out: IO[str]) -> None:
-    import importlib
-
-    from airflow_provider_iceberg_exec.engine.catalog import load_table
+    from airflow_provider_iceberg_exec.engine.contracts import REWRITE_RESULT
     from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+    from airflow_provider_iceberg_exec.engine.io.catalog import load_table
+    from airflow_provider_iceberg_exec.engine.ops.results import commit_results, results_table
 
     results: list[Any] = []
     for path in args.results:
         doc = _read_json(path)
         results.extend(doc if isinstance(doc, list) else [doc])
-    if not results:
+    planned = None
+    if args.plan:
+        plan = _read_json(args.plan)
+        planned = plan.get("tasks") if isinstance(plan, dict) else plan
+    if not all(isinstance(r, dict) for r in [*results, *(planned or [])]):
+        raise DataFileCodecError("result and plan files must hold JSON documents or lists of them")
+    name = results_table(args.table, results, planned or [])
+    if name is None:
         out.write("nothing to commit\n")
         return
-    if not all(isinstance(r, dict) for r in results):
-        raise DataFileCodecError("a result file must hold a result document or a list of them")
-    kinds = {r.get("schema") for r in results}
-    if len(kinds) != 1 or (kind := kinds.pop()) not in _COMMITTERS:
-        raise DataFileCodecError(
-            f"cannot commit documents of schemas {sorted(map(str, kinds))}; expected one of "
-            f"{', '.join(sorted(_COMMITTERS))}, all alike"
-        )
-    tables = {r.get("table") for r in results}
-    if len(tables) != 1 or not isinstance(name := tables.pop(), str):
-        raise DataFileCodecError("the results must all name the same table under 'table'")
-    module, function = _COMMITTERS[kind]
-    commit = getattr(importlib.import_module(f"airflow_provider_iceberg_exec.engine.{module}"), function)
-    result = commit(load_table(_catalog(args.catalog), name), results, commit_id=args.commit_id)
-    compaction = kind == "iceberg-exec/rewrite-result@1"
+    table = load_table(_catalog(args.catalog), name)
+    result = commit_results(table, results, commit_id=args.commit_id, planned=planned)
+    compaction = all(r.get("schema") == REWRITE_RESULT for r in results)
     out.write(
         (_summary(result) if compaction and not args.json else json.dumps(result, indent=2, sort_keys=True))
         + "\n"
@@ -244,7 +232,7 @@ def _orphan_delete_summary(result: dict[str, Any]) -> str:
 
 
 def _cmd_orphan_scan(args: argparse.Namespace, out: IO[str]) -> None:
-    from airflow_provider_iceberg_exec.engine.orphans import remove_orphan_files
+    from airflow_provider_iceberg_exec.engine.ops.orphans import remove_orphan_files
 
     result = remove_orphan_files(
         _table(args),
@@ -264,8 +252,8 @@ def _cmd_orphan_scan(args: argparse.Namespace, out: IO[str]) -> None:
 def _cmd_orphan_delete(args: argparse.Namespace, out: IO[str]) -> None:
     from pyiceberg.io import load_file_io
 
-    from airflow_provider_iceberg_exec.engine.catalog import load_table
-    from airflow_provider_iceberg_exec.engine.orphans import delete_orphan_files, read_orphan_scan_result
+    from airflow_provider_iceberg_exec.engine.io.catalog import load_table
+    from airflow_provider_iceberg_exec.engine.ops.orphans import delete_orphan_files, read_orphan_scan_result
 
     catalog = _catalog(args.catalog)
     doc = read_orphan_scan_result(load_file_io(dict(catalog.properties), args.result), args.result)
@@ -284,7 +272,7 @@ def _cmd_orphan_delete(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def _cmd_expire_snapshots(args: argparse.Namespace, out: IO[str]) -> None:
-    from airflow_provider_iceberg_exec.engine.expire import expire_snapshots
+    from airflow_provider_iceberg_exec.engine.ops.expire import expire_snapshots
 
     result = expire_snapshots(
         _table(args),
@@ -409,8 +397,8 @@ def _cow_summary(result: dict[str, Any]) -> str:
 
 
 def _cmd_cow(args: argparse.Namespace, out: IO[str]) -> None:
-    from airflow_provider_iceberg_exec.engine.cow import cow_rewrite
     from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+    from airflow_provider_iceberg_exec.engine.ops.cow import cow_rewrite
 
     assignments: dict[str, str] = {}
     for pair in getattr(args, "set", None) or []:
@@ -522,9 +510,18 @@ def _parser() -> argparse.ArgumentParser:
     limits(execute)
     execute.set_defaults(run=_cmd_execute)
 
-    commit = commands.add_parser("commit", help="commit result documents as replace snapshots")
+    commit = commands.add_parser(
+        "commit",
+        help="commit result documents (compaction or copy-on-write) with the commit operator's rules",
+    )
     commit.add_argument("results", nargs="+", help="result JSON files (a document or a list)")
     commit.add_argument("--commit-id", required=True, help="idempotency key: the same id never commits twice")
+    commit.add_argument(
+        "--plan",
+        help="the plan the results come from: tasks without a result then fail the commit, "
+        "or are counted under partial-progress.enabled",
+    )
+    commit.add_argument("--table", help="NAMESPACE.TABLE (default: the one the results name)")
     commit.add_argument("--json", action="store_true", help="print the result document")
     commit.set_defaults(run=_cmd_commit)
 

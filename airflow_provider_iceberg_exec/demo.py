@@ -120,8 +120,8 @@ _DEMO_OPTIONS = {"target-file-size-bytes": str(1 << 20), "min-input-files": "2"}
 
 
 def _compact_with_engine(table: Table, workdir: str, memory_limit: str) -> dict[str, Any]:
-    from airflow_provider_iceberg_exec.engine.compaction import compact
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits, parse_byte_size
+    from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
     limits = ResourceLimits(
         memory_limit_bytes=parse_byte_size(memory_limit), spill_dir=os.path.join(workdir, "spill")
@@ -193,7 +193,7 @@ def run_demo(
     :param through_airflow: run the on-demand example DAG with Airflow's ``dag.test()`` (the default),
         or call the engine directly.
     """
-    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
 
     out = out or sys.stdout
     workdir = os.path.abspath(workdir)

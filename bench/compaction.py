@@ -375,12 +375,12 @@ def _run_table(run_dir: str, metadata_location: str) -> Any:
 
 
 def _worker_engine(table: Any, strategy: str, run_dir: str) -> dict[str, Any]:
-    from airflow_provider_iceberg_exec.engine.compaction import (
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.ops.compaction import (
         commit_compaction,
         execute_rewrite_task,
         plan_compaction,
     )
-    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 
     limits = ResourceLimits(memory_limit_bytes=MEMORY_LIMIT, spill_dir=os.path.join(run_dir, "spill"))
     options = {"target-file-size-bytes": str(TARGET_FILE_SIZE)}

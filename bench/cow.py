@@ -78,7 +78,7 @@ def generate_single(out: str, rows: int, seed: int) -> dict[str, Any]:
     """One table, one data file: ``rows`` rows streamed into a single Parquet file (never all in memory)."""
     from pyiceberg.table.locations import load_location_provider
 
-    from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter
+    from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter
 
     pristine = os.path.join(out, "single-pristine")
     if os.path.exists(pristine):
@@ -194,7 +194,7 @@ def expected(metadata_location: str) -> dict[str, Any]:
 
 def worker_cow(table: Any, run_dir: str) -> dict[str, Any]:
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-    from airflow_provider_iceberg_exec.engine.cow import (
+    from airflow_provider_iceberg_exec.engine.ops.cow import (
         commit_cow_rewrite,
         execute_cow_task,
         plan_cow_rewrite,

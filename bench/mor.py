@@ -444,8 +444,8 @@ def _vm_hwm(pid: int | str) -> int:
 
 
 def worker_ours(metadata_location: str, run_dir: str, memory_limit: int) -> dict[str, Any]:
-    from airflow_provider_iceberg_exec.engine.compaction import compact
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
     table = CB._run_table(run_dir, metadata_location)
     limits = ResourceLimits(memory_limit_bytes=memory_limit, spill_dir=os.path.join(run_dir, "spill"))

@@ -74,7 +74,7 @@ def _batch(start: int, rows: int, seed: int) -> Any:
 
 
 def _catalog(properties: dict[str, str]) -> Any:
-    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
 
     return load_catalog(CatalogConfig("bench", properties))
 
@@ -109,8 +109,8 @@ def _fresh_table(properties: dict[str, str], metadata: str, run_dir: str) -> Any
 
 
 def _case_compact(properties: dict[str, str], metadata: str, run_dir: str) -> dict[str, Any]:
-    from airflow_provider_iceberg_exec.engine.compaction import compact
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
     table = _fresh_table(properties, metadata, run_dir)
     limits = ResourceLimits(memory_limit_bytes=MEMORY_LIMIT, spill_dir=os.path.join(run_dir, "spill"))
@@ -192,7 +192,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     import pyiceberg.catalog.sql
     import pyiceberg.io.pyarrow  # noqa: F401
 
-    import airflow_provider_iceberg_exec.engine.compaction  # noqa: F401
+    import airflow_provider_iceberg_exec.engine.ops.compaction  # noqa: F401
 
     started = time.monotonic()
     result = function(spec["properties"], spec["metadata"], args.run_dir)

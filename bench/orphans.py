@@ -159,7 +159,7 @@ def ensure_dataset(out: str, files: int, per_dir: int) -> tuple[str, dict[str, A
 
 def _worker_engine(directory: str, run_dir: str) -> dict[str, Any]:
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-    from airflow_provider_iceberg_exec.engine.orphans import scan_orphan_files
+    from airflow_provider_iceberg_exec.engine.ops.orphans import scan_orphan_files
 
     table = _catalog(directory).load_table("bench.t")
     started = time.monotonic()
@@ -206,7 +206,10 @@ def _worker_pyset(directory: str, run_dir: str) -> dict[str, Any]:
 
 
 def _worker_pyset_lean(directory: str, run_dir: str) -> dict[str, Any]:
-    from airflow_provider_iceberg_exec.engine.reachable import iter_live_content_files, snapshot_manifests
+    from airflow_provider_iceberg_exec.engine.meta.reachable import (
+        iter_live_content_files,
+        snapshot_manifests,
+    )
 
     table = _catalog(directory).load_table("bench.t")
     started = time.monotonic()

@@ -491,7 +491,7 @@ def pick_delete(rng: random.Random, marks: dict[int, int]) -> dict[str, Any] | N
 
 
 def actor_deleter(cfg: dict[str, Any], stats: Stats) -> None:
-    from airflow_provider_iceberg_exec.engine.cow import cow_rewrite
+    from airflow_provider_iceberg_exec.engine.ops.cow import cow_rewrite
 
     table = _catalog(cfg).load_table(TABLE)
     limits = _limits(cfg, stats.actor)
@@ -574,7 +574,7 @@ def _delete(
 
 
 def actor_compactor(cfg: dict[str, Any], stats: Stats) -> None:
-    from airflow_provider_iceberg_exec.engine.compaction import compact
+    from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
     table = _catalog(cfg).load_table(TABLE)
     limits = _limits(cfg, stats.actor)
@@ -619,7 +619,7 @@ def _plant(path: str, mtime: float | None = None) -> None:
 
 
 def actor_orphans(cfg: dict[str, Any], stats: Stats) -> None:
-    from airflow_provider_iceberg_exec.engine.orphans import remove_orphan_files
+    from airflow_provider_iceberg_exec.engine.ops.orphans import remove_orphan_files
 
     table = _catalog(cfg).load_table(TABLE)
     limits = _limits(cfg, stats.actor)
@@ -998,8 +998,8 @@ def _ok(result: dict[str, Any]) -> bool:
 
 def maintain(cfg: dict[str, Any]) -> dict[str, Any]:
     """With the actors stopped: one more compaction, then orphan removal of everything unreferenced."""
-    from airflow_provider_iceberg_exec.engine.compaction import compact
-    from airflow_provider_iceberg_exec.engine.orphans import remove_orphan_files
+    from airflow_provider_iceberg_exec.engine.ops.compaction import compact
+    from airflow_provider_iceberg_exec.engine.ops.orphans import remove_orphan_files
 
     table = _catalog(cfg).load_table(TABLE)
     limits = _limits(cfg, "final")

@@ -108,7 +108,7 @@ def commit_position_deletes(
     from pyiceberg.table.snapshots import Operation
     from pyiceberg.table.update.snapshot import _FastAppendFiles
 
-    from airflow_provider_iceberg_exec.engine.manifests import new_manifest_writer
+    from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
 
     path_id, pos_id = 2147483546, 2147483545
     target = next(f for f in data_files(table) if f.file_path == data_file_path)

@@ -10,6 +10,7 @@ The whole tree::
     ├── DataFileReadError(IcebergExecError)               an input data file is missing or corrupt
     ├── CatalogUnavailableError(IcebergExecError)         the catalog or the storage cannot be reached
     │                                                     or throttles (transient: a retry may succeed)
+    ├── IncompleteRunError(IcebergExecError)              planned tasks failed: nothing may be committed
     ├── CommitConflictError(IcebergExecError)             the table moved under us (retry or re-plan)
     │   └── CommitValidationError(CommitConflictError)    Java's ValidationException: re-plan, do not retry
     └── CommitStateUnknownError(IcebergExecError)         the catalog did not say; never retried blindly
@@ -28,6 +29,7 @@ __all__ = [
     "DataFileCodecError",
     "DataFileReadError",
     "IcebergExecError",
+    "IncompleteRunError",
     "ResourceLimitError",
     "TableNotFoundError",
 ]
@@ -59,6 +61,10 @@ class DataFileReadError(IcebergExecError):
 
 class CatalogUnavailableError(IcebergExecError):
     """Raised when the catalog or the storage cannot be reached, times out or throttles; retry later."""
+
+
+class IncompleteRunError(IcebergExecError):
+    """Raised when planned tasks delivered no result and the others may not be committed without them."""
 
 
 class CommitConflictError(IcebergExecError):

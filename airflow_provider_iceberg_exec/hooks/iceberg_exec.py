@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
-    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig
 
 __all__ = ["FORM_FIELDS", "IcebergExecHook", "catalog_config_from_connection"]
 
@@ -104,8 +104,8 @@ def catalog_config_from_connection(conn: Connection) -> CatalogConfig:
     :param conn: an ``iceberg_exec`` connection.
     :raises ConfigurationError: when an extra is neither a form field nor an allowlisted property.
     """
-    from airflow_provider_iceberg_exec.engine.catalog import ALLOWED_PROPERTY_PATTERNS, CatalogConfig
     from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+    from airflow_provider_iceberg_exec.engine.io.catalog import ALLOWED_PROPERTY_PATTERNS, CatalogConfig
 
     properties: dict[str, str] = {}
     name = conn.conn_id
@@ -146,7 +146,7 @@ def catalog_config_from_connection(conn: Connection) -> CatalogConfig:
 def _allowed(key: str) -> bool:
     import re
 
-    from airflow_provider_iceberg_exec.engine.catalog import ALLOWED_PROPERTY_PATTERNS
+    from airflow_provider_iceberg_exec.engine.io.catalog import ALLOWED_PROPERTY_PATTERNS
 
     return re.fullmatch("(?:" + "|".join(ALLOWED_PROPERTY_PATTERNS) + ")", key) is not None
 
@@ -218,7 +218,7 @@ class IcebergExecHook(BaseHook):
 
         :raises ConfigurationError: when the connection does not describe a loadable catalog.
         """
-        from airflow_provider_iceberg_exec.engine.catalog import load_catalog
+        from airflow_provider_iceberg_exec.engine.io.catalog import load_catalog
 
         return load_catalog(self.catalog_config)
 
@@ -227,7 +227,7 @@ class IcebergExecHook(BaseHook):
 
         :raises TableNotFoundError: when it does not exist.
         """
-        from airflow_provider_iceberg_exec.engine.catalog import load_table
+        from airflow_provider_iceberg_exec.engine.io.catalog import load_table
 
         return load_table(self.get_conn(), table)
 

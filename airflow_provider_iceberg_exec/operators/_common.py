@@ -43,12 +43,13 @@ def one_line(err: BaseException) -> str:
 def engine_errors() -> Iterator[None]:
     """Map engine exceptions to Airflow's, in one place.
 
-    - bad input or a failed validation (``ConfigurationError``, ``TableNotFoundError``,
-      ``DataFileCodecError``, ``CommitValidationError``) and an unknown commit state
-      (``CommitStateUnknownError``) fail the task without retry, with a one-line reason
-      (``AirflowFailException``);
-    - ``CommitConflictError`` (the table moved; a retry re-validates) propagates, so that the task's
-      ``retries`` with exponential backoff apply;
+    - what a retry cannot fix fails the task without retry, with a one-line reason
+      (``AirflowFailException``): bad input or a failed validation (``ConfigurationError``,
+      ``TableNotFoundError``, ``DataFileCodecError``, ``CommitValidationError``), a missing or corrupt
+      input file (``DataFileReadError``), failed planned tasks (``IncompleteRunError``) and an unknown
+      commit state (``CommitStateUnknownError``: check the table first);
+    - ``CommitConflictError`` (the table moved; a retry re-validates) and ``CatalogUnavailableError``
+      propagate, so that the task's ``retries`` with exponential backoff apply;
     - anything else propagates unchanged.
     """
     from airflow.sdk.exceptions import AirflowFailException
@@ -58,6 +59,8 @@ def engine_errors() -> Iterator[None]:
         CommitValidationError,
         ConfigurationError,
         DataFileCodecError,
+        DataFileReadError,
+        IncompleteRunError,
     )
 
     try:
@@ -65,8 +68,10 @@ def engine_errors() -> Iterator[None]:
     except (
         ConfigurationError,
         DataFileCodecError,
+        DataFileReadError,
         CommitValidationError,
         CommitStateUnknownError,
+        IncompleteRunError,
     ) as err:
         raise AirflowFailException(one_line(err)) from err
 

@@ -15,7 +15,7 @@ Equality-delete resolution is the same flow restricted to the data files equalit
 :class:`~airflow_provider_iceberg_exec.operators.resolve.ResolveEqualityDeletesOperator` in one task.
 
 The operators only render templates, build the engine's arguments, call the engine and return its JSON;
-the engine (``airflow_provider_iceberg_exec.engine.compaction``) is imported inside ``execute()`` so that
+the engine (``airflow_provider_iceberg_exec.engine.ops.compaction``) is imported inside ``execute()`` so that
 parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
 """
 
@@ -122,8 +122,8 @@ class CompactionPlanOperator(BaseOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
-        from airflow_provider_iceberg_exec.engine.compaction import plan_compaction
-        from airflow_provider_iceberg_exec.engine.payloads import count_files
+        from airflow_provider_iceberg_exec.engine.io.payloads import count_files
+        from airflow_provider_iceberg_exec.engine.ops.compaction import plan_compaction
 
         threshold = _threshold(self.payload_file_threshold)
         resolving = bool(self.only_files_with_equality_deletes)
@@ -224,7 +224,7 @@ class BoundedRewriteOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Execute the task spec and return the result JSON (or a reference to it)."""
         from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
-        from airflow_provider_iceberg_exec.engine.payloads import (
+        from airflow_provider_iceberg_exec.engine.io.payloads import (
             is_payload_ref,
             offload_payload,
             resolve_payload,
@@ -284,7 +284,7 @@ class CompactionRewriteOperator(BoundedRewriteOperator):
 
     def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
         """Rewrite the group (engine ``execute_rewrite_task``)."""
-        from airflow_provider_iceberg_exec.engine.compaction import execute_rewrite_task
+        from airflow_provider_iceberg_exec.engine.ops.compaction import execute_rewrite_task
 
         return execute_rewrite_task(table, spec, limits)
 
@@ -406,7 +406,7 @@ class CompactionOperator(BaseOperator):
 
     def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> dict[str, Any]:
         """The engine call: plan, rewrite and commit."""
-        from airflow_provider_iceberg_exec.engine.compaction import compact
+        from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
         result: dict[str, Any] = compact(
             table,
@@ -437,7 +437,7 @@ def stage_task_specs(
     the spec's ``task_id`` and ``data_files_count``, so that the commit can name and count the tasks
     that failed without reading the staged files.
     """
-    from airflow_provider_iceberg_exec.engine.payloads import count_files, offload_payload
+    from airflow_provider_iceberg_exec.engine.io.payloads import count_files, offload_payload
 
     files = count_files(tasks)
     if files <= threshold:

@@ -13,7 +13,7 @@ them as one ``overwrite`` (or ``delete``) snapshot, validated from the plan's sn
 and the table's isolation level.
 
 The operators only render templates, build the engine's arguments, call the engine and return its JSON;
-the engine (``airflow_provider_iceberg_exec.engine.cow``) is imported inside ``execute()`` so that parsing a
+the engine (``engine.ops.cow``) is imported inside ``execute()`` so that parsing a
 DAG file never imports PyArrow, DataFusion or PyIceberg.
 """
 
@@ -142,7 +142,7 @@ class CowPlanOperator(BaseOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the task specs (JSON), possibly staged; ``[]`` when no row can match."""
-        from airflow_provider_iceberg_exec.engine.cow import DEFAULT_TASK_SIZE_BYTES, plan_cow_rewrite
+        from airflow_provider_iceberg_exec.engine.ops.cow import DEFAULT_TASK_SIZE_BYTES, plan_cow_rewrite
 
         threshold = _threshold(self.payload_file_threshold)
         with engine_errors():
@@ -213,7 +213,7 @@ class CowRewriteOperator(BoundedRewriteOperator):
 
     def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
         """Run the copy-on-write task (engine ``execute_cow_task``)."""
-        from airflow_provider_iceberg_exec.engine.cow import execute_cow_task
+        from airflow_provider_iceberg_exec.engine.ops.cow import execute_cow_task
 
         return execute_cow_task(table, spec, limits)
 

@@ -13,7 +13,7 @@ never pass through XCom. The delete step reads that list and re-checks the table
 reached.
 
 The operators only render templates, build the engine's arguments, call the engine and return its JSON;
-the engine (``airflow_provider_iceberg_exec.engine.orphans`` and ``.expire``) is imported inside
+the engine (``airflow_provider_iceberg_exec.engine.ops.orphans`` and ``.expire``) is imported inside
 ``execute()`` so that parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
 """
 
@@ -177,8 +177,8 @@ class OrphanScanOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Scan and return the scan result (JSON); the orphan list is in the file it names."""
-        from airflow_provider_iceberg_exec.engine.orphans import scan_orphan_files
-        from airflow_provider_iceberg_exec.engine.payloads import staging_uri
+        from airflow_provider_iceberg_exec.engine.io.payloads import staging_uri
+        from airflow_provider_iceberg_exec.engine.ops.orphans import scan_orphan_files
 
         with engine_errors():
             limits = settings.resource_limits(self.memory_limit)
@@ -271,7 +271,10 @@ class OrphanDeleteOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Delete (or count, in a dry run) and return the delete result (JSON)."""
         from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
-        from airflow_provider_iceberg_exec.engine.orphans import delete_orphan_files, read_orphan_scan_result
+        from airflow_provider_iceberg_exec.engine.ops.orphans import (
+            delete_orphan_files,
+            read_orphan_scan_result,
+        )
 
         with engine_errors():
             dry_run = flag(self.dry_run_only, "dry_run_only")
@@ -394,7 +397,7 @@ class ExpireSnapshotsOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Expire and return the result (JSON)."""
-        from airflow_provider_iceberg_exec.engine.expire import expire_snapshots
+        from airflow_provider_iceberg_exec.engine.ops.expire import expire_snapshots
 
         with engine_errors():
             limits = settings.resource_limits(self.memory_limit)

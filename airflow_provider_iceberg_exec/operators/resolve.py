@@ -12,7 +12,7 @@ files, with ``rewrite-all``:
   ``CompactionPlanOperator(..., only_files_with_equality_deletes=True)`` >> mapped
   ``CompactionRewriteOperator`` >> ``CommitOperator``.
 
-The engine (``airflow_provider_iceberg_exec.engine.resolve``) is imported inside ``execute()`` so that
+The engine (``airflow_provider_iceberg_exec.engine.ops.resolve``) is imported inside ``execute()`` so that
 parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
 """
 
@@ -107,7 +107,7 @@ class ResolveEqualityDeletesOperator(CompactionOperator):
 
     def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> dict[str, Any]:
         """The engine call: resolve the equality deletes and commit."""
-        from airflow_provider_iceberg_exec.engine.resolve import resolve_equality_deletes
+        from airflow_provider_iceberg_exec.engine.ops.resolve import resolve_equality_deletes
 
         result: dict[str, Any] = resolve_equality_deletes(
             table,

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
-    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig
 
 __all__ = ["IcebergSnapshotTrigger", "find_new_snapshot", "validate_table_name"]
 
@@ -67,7 +67,7 @@ class _CatalogPoller:
         self._catalog: Catalog | None = None
 
     def load_table(self, name: str) -> Table:
-        from airflow_provider_iceberg_exec.engine.catalog import load_catalog, load_table
+        from airflow_provider_iceberg_exec.engine.io.catalog import load_catalog, load_table
 
         if self._catalog is None:
             self._catalog = load_catalog(self._config)

@@ -115,7 +115,7 @@ def workdir(tmp_path: Path) -> Path:
 @pytest.fixture
 def table(workdir: Path) -> Any:
     from airflow_provider_iceberg_exec.demo import demo_catalog_properties, make_fragmented_table
-    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
 
     catalog = load_catalog(CatalogConfig("demo", demo_catalog_properties(str(workdir))))
     # unpartitioned: one file group, rewritten into two output files
@@ -217,7 +217,7 @@ def test_kill_9_of_the_rewrite_and_the_commit_then_the_retries_compact_once(
     swap changes nothing; a commit killed after the swap has committed, and its retry must find that
     commit by its commit id (stable across tries) instead of committing the rewrite a second time.
     """
-    from airflow_provider_iceberg_exec.engine.commit import landed_snapshots
+    from airflow_provider_iceberg_exec.engine.commit.snapshots import landed_snapshots
 
     before_state, before_rows = table_state(table), live_checksum(table)
     before_snapshots = len(table.metadata.snapshots)

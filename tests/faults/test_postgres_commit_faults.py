@@ -34,15 +34,15 @@ from sqlalchemy import event
 
 from airflow_provider_iceberg_exec.demo import make_fragmented_table
 from airflow_provider_iceberg_exec.engine import errors
-from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog, load_table
-from airflow_provider_iceberg_exec.engine.commit import landed_snapshots
-from airflow_provider_iceberg_exec.engine.compaction import (
+from airflow_provider_iceberg_exec.engine.commit.snapshots import landed_snapshots
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog, load_table
+from airflow_provider_iceberg_exec.engine.ops.compaction import (
     commit_compaction,
     compact,
     execute_rewrite_task,
     plan_compaction,
 )
-from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from tests.faults.pgproxy import commit_reply_dropper
 from tests.helpers import data_files, files_under, live_checksum, local_path, table_state
 from tests.integration.services import PostgresServer, _as_postgres, _postgres_bindir

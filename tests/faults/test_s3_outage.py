@@ -24,10 +24,10 @@ import pytest
 
 from airflow_provider_iceberg_exec.demo import make_fragmented_table
 from airflow_provider_iceberg_exec.engine import errors
-from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
-from airflow_provider_iceberg_exec.engine.commit import landed_snapshots
-from airflow_provider_iceberg_exec.engine.compaction import commit_compaction, compact
+from airflow_provider_iceberg_exec.engine.commit.snapshots import landed_snapshots
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
+from airflow_provider_iceberg_exec.engine.ops.compaction import commit_compaction, compact
 from tests.faults.services import RestartableSeaweedFS
 from tests.faults.workers import compact_paused, rewrite_then_commit_paused
 from tests.helpers import data_files, live_checksum, table_state

@@ -23,9 +23,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_provider_iceberg_exec.engine.compaction import compact
 from airflow_provider_iceberg_exec.engine.config import MIN_MEMORY_LIMIT_BYTES, ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ResourceLimitError
+from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 from tests.helpers import data_files, files_under, live_checksum, local_path, table_state
 
 pytestmark = pytest.mark.integration

@@ -25,14 +25,14 @@ from sqlalchemy import event
 
 from airflow_provider_iceberg_exec.demo import make_fragmented_table
 from airflow_provider_iceberg_exec.engine import errors
-from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog, load_table
-from airflow_provider_iceberg_exec.engine.commit import landed_snapshots
-from airflow_provider_iceberg_exec.engine.compaction import (
+from airflow_provider_iceberg_exec.engine.commit.snapshots import landed_snapshots
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog, load_table
+from airflow_provider_iceberg_exec.engine.ops.compaction import (
     commit_compaction,
     execute_rewrite_task,
     plan_compaction,
 )
-from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from tests.helpers import data_files, live_checksum, table_state
 
 pytestmark = pytest.mark.integration

@@ -85,7 +85,7 @@ def install_pause(seam: str, reached: Any, go: Any) -> None:
 
 
 def _table(properties: dict[str, str], table_name: str) -> Any:
-    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog, load_table
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog, load_table
 
     return load_table(load_catalog(CatalogConfig("faults", properties)), table_name)
 
@@ -107,7 +107,7 @@ def compact_paused(
     go: Any,
 ) -> dict[str, Any]:
     """``compact()`` (plan, rewrite every group, commit) held once at ``seam``."""
-    from airflow_provider_iceberg_exec.engine.compaction import compact
+    from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
     table = _table(properties, table_name)
     install_pause(seam, reached, go)
@@ -129,7 +129,7 @@ def rewrite_then_commit_paused(
 
     The saved results are what an Airflow commit task gets from XCom again on its retry.
     """
-    from airflow_provider_iceberg_exec.engine.compaction import (
+    from airflow_provider_iceberg_exec.engine.ops.compaction import (
         commit_compaction,
         execute_rewrite_task,
         plan_compaction,

@@ -37,8 +37,8 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from airflow_provider_iceberg_exec.engine.compaction import compact
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 from tests.helpers import local_path
 
 MiB = 1024 * 1024

@@ -35,7 +35,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.manifests import new_manifest_writer
+from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),

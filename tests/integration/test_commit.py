@@ -36,14 +36,18 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_provider_iceberg_exec.engine.commit import COMMIT_ID_PROPERTY, CommitOutcome, commit_rewrite
+from airflow_provider_iceberg_exec.engine.commit.snapshots import (
+    COMMIT_ID_PROPERTY,
+    CommitOutcome,
+    commit_rewrite,
+)
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     CommitValidationError,
     ConfigurationError,
 )
-from airflow_provider_iceberg_exec.engine.manifests import (
+from airflow_provider_iceberg_exec.engine.meta.manifests import (
     new_manifest_writer,
     read_manifest_entries,
     referenced_data_file,

@@ -31,8 +31,8 @@ from pyiceberg.types import (
     TimestampType,
 )
 
-from airflow_provider_iceberg_exec.engine.compaction import execute_rewrite_task, plan_compaction
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+from airflow_provider_iceberg_exec.engine.ops.compaction import execute_rewrite_task, plan_compaction
 from tests.helpers import data_files, files_under, live_checksum, local_path, table_state
 from tests.integration.compaction_support import (
     all_types_rows,

@@ -19,14 +19,14 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType, TimestampType
 
-from airflow_provider_iceberg_exec.engine.commit import COMMIT_ID_PROPERTY
-from airflow_provider_iceberg_exec.engine.compaction import (
+from airflow_provider_iceberg_exec.engine.commit.snapshots import COMMIT_ID_PROPERTY
+from airflow_provider_iceberg_exec.engine.errors import CommitValidationError
+from airflow_provider_iceberg_exec.engine.ops.compaction import (
     commit_compaction,
     compact,
     execute_rewrite_task,
     plan_compaction,
 )
-from airflow_provider_iceberg_exec.engine.errors import CommitValidationError
 from tests.helpers import (
     commit_position_deletes,
     data_files,

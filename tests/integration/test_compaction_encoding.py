@@ -15,7 +15,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import ListType, LongType, NestedField, StringType
 
-from airflow_provider_iceberg_exec.engine.write import dictionary_columns
+from airflow_provider_iceberg_exec.engine.io.write import dictionary_columns
 from tests.helpers import data_files, live_checksum, local_path
 from tests.integration.compaction_support import run_compact
 

@@ -22,8 +22,6 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType, TimestampType
 
-from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog, load_table
-from airflow_provider_iceberg_exec.engine.compaction import compact, execute_rewrite_task, plan_compaction
 from airflow_provider_iceberg_exec.engine.config import (
     MIN_MEMORY_LIMIT_BYTES,
     CompactionOptions,
@@ -35,6 +33,8 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ResourceLimitError,
     TableNotFoundError,
 )
+from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog, load_table
+from airflow_provider_iceberg_exec.engine.ops.compaction import compact, execute_rewrite_task, plan_compaction
 from tests.helpers import files_under, live_checksum, local_path, table_state
 from tests.integration.compaction_support import limits
 
@@ -246,7 +246,7 @@ def test_unreadable_data_file_fails_the_job_and_removes_its_output(
 ) -> None:
     """The last file of the last group is damaged: by then the first group and part of the second have
     written files (the target is small), and all of them must be removed."""
-    caplog.set_level(logging.INFO, logger="airflow_provider_iceberg_exec.engine.write")
+    caplog.set_level(logging.INFO, logger="airflow_provider_iceberg_exec.engine.io.write")
     path = local_path(_last_file_of_last_group(table))
     size = os.path.getsize(path)
     if damage == "missing":
@@ -271,7 +271,7 @@ def test_failed_group_removes_its_partial_output(
     table: Table, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``execute_rewrite_task`` alone (the Airflow task): the failing group cleans up after itself."""
-    caplog.set_level(logging.INFO, logger="airflow_provider_iceberg_exec.engine.write")
+    caplog.set_level(logging.INFO, logger="airflow_provider_iceberg_exec.engine.io.write")
     plan = plan_compaction(table, options=SMALL_FILES)
     task = plan["tasks"][0]
     os.remove(local_path(task["data_files"][-1]["data-file"]["file-path"]))

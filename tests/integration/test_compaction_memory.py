@@ -23,7 +23,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
-from airflow_provider_iceberg_exec.engine.compaction import plan_compaction
+from airflow_provider_iceberg_exec.engine.ops.compaction import plan_compaction
 from tests.helpers import data_files
 from tests.integration.compaction_support import MiB
 
@@ -38,7 +38,7 @@ _CHILD = textwrap.dedent(
     """
     import json, resource, sys
     from pyiceberg.catalog.sql import SqlCatalog
-    from airflow_provider_iceberg_exec.engine.compaction import execute_rewrite_task
+    from airflow_provider_iceberg_exec.engine.ops.compaction import execute_rewrite_task
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 
     uri, warehouse, task_path, spill_dir, memory = sys.argv[1:6]

@@ -25,18 +25,18 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
 
-from airflow_provider_iceberg_exec.engine.commit import COMMIT_ID_PROPERTY
+from airflow_provider_iceberg_exec.engine.commit.snapshots import COMMIT_ID_PROPERTY
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.cow import (
-    commit_cow_rewrite,
-    cow_rewrite,
-    execute_cow_task,
-    plan_cow_rewrite,
-)
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitValidationError,
     ConfigurationError,
     DataFileReadError,
+)
+from airflow_provider_iceberg_exec.engine.ops.cow import (
+    commit_cow_rewrite,
+    cow_rewrite,
+    execute_cow_task,
+    plan_cow_rewrite,
 )
 from tests.helpers import commit_position_deletes, data_files, row_digest
 from tests.integration.test_commit import _race_once, _write_position_deletes, commit_row_delta_for_tests

@@ -22,13 +22,13 @@ from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
-from airflow_provider_iceberg_exec.engine.compaction import (
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.ops.compaction import (
     commit_compaction,
     execute_rewrite_task,
     plan_compaction,
 )
-from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.cow import (
+from airflow_provider_iceberg_exec.engine.ops.cow import (
     commit_cow_rewrite,
     cow_rewrite,
     execute_cow_task,

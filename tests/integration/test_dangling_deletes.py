@@ -22,15 +22,15 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 
-from airflow_provider_iceberg_exec.engine.commit import commit_rewrite
-from airflow_provider_iceberg_exec.engine.compaction import (
+from airflow_provider_iceberg_exec.engine.commit.snapshots import commit_rewrite
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
+from airflow_provider_iceberg_exec.engine.ops.compaction import (
     commit_compaction,
     compact,
     execute_rewrite_task,
     plan_compaction,
 )
-from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.manifests import read_manifest_entries
 from tests.helpers import commit_position_deletes, live_checksum, row_digest
 from tests.integration.test_deletes import SCHEMA, _commit_deletes, _equality_deletes, _live_delete_files
 

@@ -1,4 +1,4 @@
-"""Compaction applies position deletes, deletion vectors and equality deletes (engine/deletes.py).
+"""Compaction applies position deletes, deletion vectors and equality deletes (engine/deletes/apply.py).
 
 Delete files are written by these tests and committed with the engine's own delete-manifest writer, as
 tests/integration/test_commit.py does. PyIceberg 0.12 cannot read equality deletes, so the expected rows
@@ -36,11 +36,11 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_provider_iceberg_exec.engine.compaction import compact, plan_compaction
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.deletes import decode_deletion_vector
-from airflow_provider_iceberg_exec.engine.manifests import new_manifest_writer
-from airflow_provider_iceberg_exec.engine.scan import scan_data_files
+from airflow_provider_iceberg_exec.engine.deletes.apply import decode_deletion_vector
+from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
+from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
+from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction
 from tests.helpers import commit_position_deletes, data_files, live_checksum
 
 pytestmark = pytest.mark.integration
@@ -166,7 +166,7 @@ def _live_delete_files(table: Table) -> list[DataFile]:
     table.refresh()
     snapshot = table.current_snapshot()
     assert snapshot is not None
-    from airflow_provider_iceberg_exec.engine.manifests import read_manifest_entries
+    from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
 
     return [
         e.data_file
@@ -405,7 +405,7 @@ def test_deletion_vector_with_a_bad_crc_is_refused() -> None:
 
 
 def test_resolution_rewrites_only_files_with_equality_deletes(catalog: SqlCatalog, tmp_path: Path) -> None:
-    from airflow_provider_iceberg_exec.engine.resolve import resolve_equality_deletes
+    from airflow_provider_iceberg_exec.engine.ops.resolve import resolve_equality_deletes
 
     table = _create(catalog, partitioned_later=True)
     _append(table, range(10), "a")
@@ -494,8 +494,8 @@ def test_new_equality_delete_conflicts_with_a_rewrite_into_another_spec(
     equality delete of spec 1's partition committed meanwhile would not reach that output: with the
     base's sequence number the commit would bring its rows back, so it must fail validation and leave the
     table as it was. (It also rewrites into an unpartitioned spec, which needs no clustering sort.)"""
-    from airflow_provider_iceberg_exec.engine.compaction import commit_compaction, execute_rewrite_task
     from airflow_provider_iceberg_exec.engine.errors import CommitValidationError
+    from airflow_provider_iceberg_exec.engine.ops.compaction import commit_compaction, execute_rewrite_task
 
     table = _create(catalog, partitioned_later=True)
     _append(table, range(10), "a")

@@ -16,7 +16,7 @@ from pyiceberg.table import Table
 
 from airflow_provider_iceberg_exec.cli import main
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
-from airflow_provider_iceberg_exec.engine.expire import expire_snapshots
+from airflow_provider_iceberg_exec.engine.ops.expire import expire_snapshots
 from tests.helpers import live_checksum
 from tests.integration.maintenance_support import (
     commit_delete_files,
@@ -205,7 +205,7 @@ def test_statistics_files_of_expired_snapshots_are_deleted(history: Table, tmp_p
 def test_cleanup_in_several_hash_buckets_deletes_the_same_files(
     history: Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_provider_iceberg_exec.engine import expire as expire_module
+    from airflow_provider_iceberg_exec.engine.ops import expire as expire_module
 
     monkeypatch.setattr(expire_module, "bucket_count", lambda rows, row_bytes, limits: 3)
     before = _snapshot_files(history)

@@ -10,8 +10,8 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from airflow_provider_iceberg_exec.engine.compaction import compact, plan_compaction
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction
 from tests.helpers import commit_position_deletes, data_files, live_checksum
 from tests.integration.test_deletes import SCHEMA, _live_delete_files
 

@@ -17,15 +17,19 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_provider_iceberg_exec.cli import main
 from airflow_provider_iceberg_exec.demo import make_fragmented_table
-from airflow_provider_iceberg_exec.engine.cleanup import ReferenceGuard, delete_unreferenced
-from airflow_provider_iceberg_exec.engine.compaction import (
+from airflow_provider_iceberg_exec.engine.commit.cleanup import (
+    ReferenceGuard,
+    delete_unreferenced,
+    discard_payloads,
+)
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+from airflow_provider_iceberg_exec.engine.io.payloads import offload_payload
+from airflow_provider_iceberg_exec.engine.ops.compaction import (
     commit_compaction,
     execute_rewrite_task,
     plan_compaction,
 )
-from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
-from airflow_provider_iceberg_exec.engine.payloads import discard_payloads, offload_payload
 from tests.helpers import commit_position_deletes, data_files, live_checksum, local_path, table_state
 
 pytestmark = pytest.mark.integration
@@ -396,8 +400,8 @@ def test_execute_of_a_bad_document_is_one_line(
     ("edit", "message"),
     [
         (lambda d: d.pop("added_data_files"), "key 'added_data_files': is missing"),
-        (lambda d: d.update(schema="iceberg-exec/rewrite-result@9"), "cannot commit documents of schemas"),
-        (lambda d: d.update(table=None), "same table"),
+        (lambda d: d.update(schema="iceberg-exec/rewrite-result@9"), "cannot commit results of schemas"),
+        (lambda d: d.update(table=None), "key 'table'"),
         (lambda d: d["rewritten_data_files"].append(d["rewritten_data_files"][0]), "more than once"),
         (lambda d: d.update(applied_deletes={}), "applied_deletes"),
         (lambda d: d.update(commit_batch="0"), "commit_batch"),
@@ -451,9 +455,9 @@ def test_a_commit_never_makes_a_vanished_output_live(catalog: SqlCatalog, tmp_pa
     and the orphan removal may have deleted its output meanwhile (bench/soak.py saw it)."""
     from pyiceberg.manifest import DataFile
 
-    from airflow_provider_iceberg_exec.engine.commit import commit_rewrite
-    from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_json
+    from airflow_provider_iceberg_exec.engine.commit.snapshots import commit_rewrite
     from airflow_provider_iceberg_exec.engine.errors import CommitValidationError
+    from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json
 
     table = catalog.load_table("ns.t")
     before, state = live_checksum(table), table_state(table)
@@ -480,7 +484,7 @@ def test_a_commit_never_makes_a_vanished_output_live(catalog: SqlCatalog, tmp_pa
 
 def test_orphan_listing_skips_a_file_removed_while_it_walks(tmp_path: Path) -> None:
     """A failed commit's cleanup removing its manifests during the listing is not an error."""
-    from airflow_provider_iceberg_exec.engine.orphans import _walk_local
+    from airflow_provider_iceberg_exec.engine.ops.orphans import _walk_local
 
     for i in range(10):
         (tmp_path / f"m{i}.avro").write_bytes(b"x")

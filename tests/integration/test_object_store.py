@@ -27,24 +27,24 @@ from pyiceberg.types import BinaryType, LongType, NestedField
 
 from airflow_provider_iceberg_exec.cli import main as cli_main
 from airflow_provider_iceberg_exec.demo import make_fragmented_table
-from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog, load_table
-from airflow_provider_iceberg_exec.engine.compaction import (
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog, load_table
+from airflow_provider_iceberg_exec.engine.io.session import build_session
+from airflow_provider_iceberg_exec.engine.io.storage import register_object_store
+from airflow_provider_iceberg_exec.engine.io.write import RollingDataFileWriter
+from airflow_provider_iceberg_exec.engine.ops.compaction import (
     commit_compaction,
     compact,
     execute_rewrite_task,
     plan_compaction,
 )
-from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.cow import cow_rewrite
-from airflow_provider_iceberg_exec.engine.expire import expire_snapshots
-from airflow_provider_iceberg_exec.engine.orphans import (
+from airflow_provider_iceberg_exec.engine.ops.cow import cow_rewrite
+from airflow_provider_iceberg_exec.engine.ops.expire import expire_snapshots
+from airflow_provider_iceberg_exec.engine.ops.orphans import (
     delete_orphan_files,
     read_orphan_scan_result,
     scan_orphan_files,
 )
-from airflow_provider_iceberg_exec.engine.session import build_session
-from airflow_provider_iceberg_exec.engine.storage import register_object_store
-from airflow_provider_iceberg_exec.engine.write import RollingDataFileWriter
 from tests.helpers import data_files, live_checksum
 from tests.integration.services import PostgresServer, SeaweedFS
 
@@ -492,7 +492,7 @@ def test_equality_delete_resolution_on_s3(seaweedfs_server: SeaweedFS, tmp_path:
     """Equality deletes on an s3:// table are applied by the rewrite and their file is removed."""
     import pyarrow as pa
 
-    from airflow_provider_iceberg_exec.engine.resolve import resolve_equality_deletes
+    from airflow_provider_iceberg_exec.engine.ops.resolve import resolve_equality_deletes
     from tests.integration.test_deletes import (
         _append,
         _commit_deletes,

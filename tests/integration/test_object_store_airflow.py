@@ -26,7 +26,7 @@ if not os.environ.get("_ICEBERG_EXEC_TEST_AIRFLOW_HOME"):
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
 from airflow_provider_iceberg_exec.demo import make_fragmented_table
-from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
+from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
 from tests.helpers import live_checksum
 from tests.integration.services import SeaweedFS
 

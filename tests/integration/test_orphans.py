@@ -13,10 +13,10 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from airflow_provider_iceberg_exec.engine import orphans as orphans_module
-from airflow_provider_iceberg_exec.engine import reachable
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileCodecError
-from airflow_provider_iceberg_exec.engine.orphans import (
+from airflow_provider_iceberg_exec.engine.meta import reachable
+from airflow_provider_iceberg_exec.engine.ops import orphans as orphans_module
+from airflow_provider_iceberg_exec.engine.ops.orphans import (
     IncompleteListingError,
     delete_orphan_files,
     read_orphan_scan_result,

@@ -18,7 +18,7 @@ import psycopg2
 import pytest
 
 from airflow_provider_iceberg_exec.demo import _demo_batch, make_fragmented_table
-from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
+from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
 from tests.helpers import data_files, live_checksum, row_digest
 from tests.integration.services import PostgresServer
 from tests.integration.workers import append_batches, child_outcome, compact_at_barrier, start_child

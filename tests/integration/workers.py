@@ -15,13 +15,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog, load_table
-from airflow_provider_iceberg_exec.engine.compaction import (
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog, load_table
+from airflow_provider_iceberg_exec.engine.ops.compaction import (
     commit_compaction,
     execute_rewrite_task,
     plan_compaction,
 )
-from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 
 __all__ = ["append_batches", "child_outcome", "compact_at_barrier", "run_in_child", "start_child"]
 

@@ -11,12 +11,12 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.table import Table
 
-from airflow_provider_iceberg_exec.engine.compaction import compact
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.deletes import DeleteStats, iter_live_group_batches
+from airflow_provider_iceberg_exec.engine.deletes.apply import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
-from airflow_provider_iceberg_exec.engine.manifests import read_manifest_entries
-from airflow_provider_iceberg_exec.engine.scan import scan_data_files
+from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
+from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
+from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 from tests.interop.fixtures import JavaTables
 from tests.interop.tables import (
     V2_EQUALITY_DELETES,

@@ -52,7 +52,7 @@ def airflow_db() -> str:
 def demo_table(tmp_path, monkeypatch):
     """A fragmented, region-partitioned ``demo.events`` (the demo's builder) and the connection to it."""
     from airflow_provider_iceberg_exec.demo import demo_catalog_properties, make_fragmented_table
-    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
 
     catalog = load_catalog(CatalogConfig("demo", demo_catalog_properties(str(tmp_path))))
     table = make_fragmented_table(catalog, TABLE, num_files=12, rows_per_file=300)

@@ -95,7 +95,7 @@ def test_on_demand_dag_passes_large_payloads_through_xcom_by_reference(airflow_d
     """Past [iceberg_exec] payload_file_threshold, specs and results travel as files; the commit cleans up."""
     from pathlib import Path
 
-    from airflow_provider_iceberg_exec.engine.payloads import STAGING_DIR
+    from airflow_provider_iceberg_exec.engine.io.payloads import STAGING_DIR
 
     monkeypatch.setenv("AIRFLOW__ICEBERG_EXEC__PAYLOAD_FILE_THRESHOLD", "5")
     before_rows = live_checksum(demo_table)

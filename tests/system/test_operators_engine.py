@@ -9,7 +9,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
-from airflow_provider_iceberg_exec.engine.payloads import STAGING_DIR, is_payload_ref
+from airflow_provider_iceberg_exec.engine.io.payloads import STAGING_DIR, is_payload_ref
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.compaction import (
     CompactionOperator,

@@ -68,7 +68,7 @@ def _rewrite_states(run) -> list[str]:
 
 
 def _staged(table) -> list[Path]:
-    from airflow_provider_iceberg_exec.engine.payloads import STAGING_DIR
+    from airflow_provider_iceberg_exec.engine.io.payloads import STAGING_DIR
 
     return list((Path(local_path(table.location())) / STAGING_DIR).glob("*.json"))
 

@@ -93,7 +93,7 @@ def workdir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def table(workdir):
     from airflow_provider_iceberg_exec.demo import demo_catalog_properties, make_fragmented_table
-    from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
 
     catalog = load_catalog(CatalogConfig("demo", demo_catalog_properties(str(workdir))))
     # unpartitioned: one file group, so each run is three tasks (plan, one rewrite, commit)

@@ -17,7 +17,7 @@ def engine_compaction(monkeypatch):
     import airflow_provider_iceberg_exec.engine as engine_pkg
 
     try:
-        import airflow_provider_iceberg_exec.engine.compaction as module
+        import airflow_provider_iceberg_exec.engine.ops.compaction as module
     except ImportError:
         module = types.ModuleType(ENGINE_COMPACTION)
         monkeypatch.setitem(sys.modules, ENGINE_COMPACTION, module)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-ENGINE_COMPACTION = "airflow_provider_iceberg_exec.engine.compaction"
+ENGINE_COMPACTION = "airflow_provider_iceberg_exec.engine.ops.compaction"
 TABLE = "ns.events"
 
 

@@ -15,18 +15,14 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
-from airflow_provider_iceberg_exec.operators.commit import (
-    CommitOperator,
-    PlannedTask,
-    decide_commit,
-    planned_tasks,
-)
+from airflow_provider_iceberg_exec.engine.ops.results import PlannedTask, decide_commit, planned_tasks
+from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.compaction import CompactionPlanOperator
 from tests.unit.airflow_layer.support import ENGINE_COMPACTION, TABLE
 
 COMMIT = f"{ENGINE_COMPACTION}.commit_compaction"
 PLAN = f"{ENGINE_COMPACTION}.plan_compaction"
-COW_COMMIT = "airflow_provider_iceberg_exec.engine.cow.commit_cow_rewrite"
+COW_COMMIT = "airflow_provider_iceberg_exec.engine.ops.cow.commit_cow_rewrite"
 PARTIAL = {"partial-progress.enabled": "true"}
 
 
@@ -252,7 +248,7 @@ def test_many_failed_groups_are_named_up_to_ten():
 
 
 def test_partial_progress_commits_the_delivered_groups_and_reports_the_failed_files(
-    engine_compaction, sqlite_table, monkeypatch, tmp_path, capsys
+    engine_compaction, sqlite_table, monkeypatch, tmp_path, caplog
 ):
     fake = _recording_commit()
     monkeypatch.setattr(COMMIT, fake, raising=False)
@@ -264,7 +260,7 @@ def test_partial_progress_commits_the_delivered_groups_and_reports_the_failed_fi
     ]
     assert out["failed_data_files_count"] == 3
     assert json.loads(json.dumps(out)) == out
-    assert "1 of 3 file groups failed and are left as they are (3 data files): 1" in capsys.readouterr().out
+    assert "1 of 3 file groups failed and are left as they are (3 data files): 1" in caplog.text
     assert (_data_dir(tmp_path) / "a").exists()
 
 
@@ -311,7 +307,7 @@ def test_every_rewrite_failed_fails_the_commit_and_removes_the_staged_specs(
     )
     staged = [ref["uri"].removeprefix("file://") for ref in planned]
     assert all(os.path.exists(p) for p in staged)
-    with pytest.raises(AirflowFailException, match=r"^every planned task failed \(2: 0, 1\)"):
+    with pytest.raises(AirflowFailException, match=r"^IncompleteRunError: every planned task failed \(2: 0, 1\)"):
         CommitOperator(task_id="commit", results=[], planned=planned, table=TABLE).execute(_context())
     assert not any(os.path.exists(p) for p in staged)
 
@@ -364,7 +360,7 @@ def test_nothing_is_deleted_when_the_commit_id_already_landed(
     """Clearing a rewrite after the commit landed must never delete files that are live in the table."""
     import pyarrow as pa
 
-    from airflow_provider_iceberg_exec.engine.commit import COMMIT_ID_PROPERTY
+    from airflow_provider_iceberg_exec.engine.commit.snapshots import COMMIT_ID_PROPERTY
 
     monkeypatch.setattr(COMMIT, _must_not_commit, raising=False)
     sqlite_table.append(

@@ -17,23 +17,16 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from airflow_provider_iceberg_exec.engine import errors
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.payloads import is_payload_ref
-from airflow_provider_iceberg_exec.operators import commit as commit_module
+from airflow_provider_iceberg_exec.engine.io.payloads import is_payload_ref
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.cow import CowPlanOperator, CowRewriteOperator
 from tests.unit.airflow_layer.support import TABLE
 
-ENGINE_COW = "airflow_provider_iceberg_exec.engine.cow"
+ENGINE_COW = "airflow_provider_iceberg_exec.engine.ops.cow"
 PLAN = f"{ENGINE_COW}.plan_cow_rewrite"
 EXECUTE = f"{ENGINE_COW}.execute_cow_task"
 COMMIT = f"{ENGINE_COW}.commit_cow_rewrite"
 COW_RESULT = "iceberg-exec/cow-result@1"
-
-
-@pytest.fixture(autouse=True)
-def _commit_dispatches_cow_results(monkeypatch):
-    """The CommitOperator's dispatch entry for copy-on-write results (until it ships one itself)."""
-    monkeypatch.setitem(commit_module.COMMITTERS, COW_RESULT, COMMIT)
 
 
 def _data_file(path: str, size: int = 1000) -> dict:

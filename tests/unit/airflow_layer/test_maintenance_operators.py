@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_iceberg_exec.engine import errors
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.orphans import IncompleteListingError
+from airflow_provider_iceberg_exec.engine.ops.orphans import IncompleteListingError
 from airflow_provider_iceberg_exec.operators.maintenance import (
     ExpireSnapshotsOperator,
     OrphanDeleteOperator,
@@ -22,9 +22,9 @@ from airflow_provider_iceberg_exec.operators.maintenance import (
 )
 from tests.unit.airflow_layer.support import TABLE
 
-SCAN = "airflow_provider_iceberg_exec.engine.orphans.scan_orphan_files"
-DELETE = "airflow_provider_iceberg_exec.engine.orphans.delete_orphan_files"
-EXPIRE = "airflow_provider_iceberg_exec.engine.expire.expire_snapshots"
+SCAN = "airflow_provider_iceberg_exec.engine.ops.orphans.scan_orphan_files"
+DELETE = "airflow_provider_iceberg_exec.engine.ops.orphans.delete_orphan_files"
+EXPIRE = "airflow_provider_iceberg_exec.engine.ops.expire.expire_snapshots"
 
 
 def _context(task_id: str = "task", **params) -> dict:

@@ -16,7 +16,7 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from airflow_provider_iceberg_exec.engine import errors
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.payloads import is_payload_ref
+from airflow_provider_iceberg_exec.engine.io.payloads import is_payload_ref
 from airflow_provider_iceberg_exec.operators._common import engine_errors
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.compaction import (
@@ -367,7 +367,7 @@ def test_commit_retries_with_exponential_backoff_by_default():
 
 
 def test_commit_waits_for_a_quiet_period_then_commits(engine_compaction, sqlite_table, monkeypatch):
-    import airflow_provider_iceberg_exec.operators.commit as commit_module
+    import airflow_provider_iceberg_exec.engine.ops.results as commit_module
 
     monkeypatch.setattr(COMMIT, _fake_commit(), raising=False)
     clock = {"now": sqlite_table.current_snapshot().timestamp_ms / 1000 + 5}
@@ -388,7 +388,7 @@ def test_commit_waits_for_a_quiet_period_then_commits(engine_compaction, sqlite_
 
 
 def test_commit_conflicts_when_the_branch_never_goes_quiet(engine_compaction, sqlite_table, monkeypatch):
-    import airflow_provider_iceberg_exec.operators.commit as commit_module
+    import airflow_provider_iceberg_exec.engine.ops.results as commit_module
 
     monkeypatch.setattr(COMMIT, _fake_commit(), raising=False)
     monkeypatch.setattr(

@@ -1,4 +1,4 @@
-"""engine/payloads.py: large payloads are staged as JSON files under the table; references resolve back.
+"""engine/io/payloads.py: large payloads are staged as JSON files under the table; references resolve back.
 
 Pure engine code (no Airflow); it lives here with the XCom tests it serves.
 """
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileCodecError
-from airflow_provider_iceberg_exec.engine.payloads import (
+from airflow_provider_iceberg_exec.engine.io.payloads import (
     PAYLOAD_REF_SCHEMA,
     count_files,
     is_payload_ref,
@@ -151,6 +151,8 @@ def test_reference_document_is_small_json(io, tmp_path):
 
 
 def test_engine_payloads_module_does_not_import_airflow():
-    code = "import sys; sys.modules['airflow'] = None; import airflow_provider_iceberg_exec.engine.payloads"
+    code = (
+        "import sys; sys.modules['airflow'] = None; import airflow_provider_iceberg_exec.engine.io.payloads"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

@@ -20,7 +20,7 @@ from airflow_provider_iceberg_exec.operators.resolve import ResolveEqualityDelet
 from tests.helpers import files_under
 from tests.unit.airflow_layer.support import ENGINE_COMPACTION, TABLE
 
-RESOLVE = "airflow_provider_iceberg_exec.engine.resolve.resolve_equality_deletes"
+RESOLVE = "airflow_provider_iceberg_exec.engine.ops.resolve.resolve_equality_deletes"
 PLAN = f"{ENGINE_COMPACTION}.plan_compaction"
 RUN_ID = "manual__2024-01-01T00:00:00+00:00"
 

@@ -51,8 +51,8 @@ from pyiceberg.types import (
 )
 from pyiceberg.utils.decimal import unscaled_to_decimal
 
-from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_json, data_file_to_json
 from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json, data_file_to_json
 
 UNPARTITIONED = PartitionSpec(spec_id=0)
 FILE_PATH_ID = 2147483546  # reserved id of position-delete files' file_path column

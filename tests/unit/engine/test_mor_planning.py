@@ -7,7 +7,7 @@ import pytest
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
 
-from airflow_provider_iceberg_exec.engine.scan import is_file_scoped
+from airflow_provider_iceberg_exec.engine.meta.scan import is_file_scoped
 
 PATH_ID = 2147483546
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, RewriteJobOrder
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
-from airflow_provider_iceberg_exec.engine.planning import (
+from airflow_provider_iceberg_exec.engine.ops.planning import (
     SPLIT_OVERHEAD_BYTES,
     FileCandidate,
     FileGroup,

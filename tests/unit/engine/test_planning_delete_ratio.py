@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
-from airflow_provider_iceberg_exec.engine.planning import (
+from airflow_provider_iceberg_exec.engine.ops.planning import (
     FileCandidate,
     PlanOutcome,
     plan_file_groups,

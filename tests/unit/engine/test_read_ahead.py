@@ -9,7 +9,7 @@ from contextlib import closing
 
 import pytest
 
-from airflow_provider_iceberg_exec.engine.read import read_ahead
+from airflow_provider_iceberg_exec.engine.io.read import read_ahead
 
 
 def test_yields_every_item_in_order() -> None:

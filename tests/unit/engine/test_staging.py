@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datafusion import SessionContext
 
-from airflow_provider_iceberg_exec.engine.staging import StagedParquet
+from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
 
 
 def _batch(start: int, rows: int) -> pa.RecordBatch:

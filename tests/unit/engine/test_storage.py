@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from datafusion import object_store
 
-from airflow_provider_iceberg_exec.engine import storage
-from airflow_provider_iceberg_exec.engine.catalog import CatalogConfig, load_catalog
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
-from airflow_provider_iceberg_exec.engine.session import build_session
+from airflow_provider_iceberg_exec.engine.io import storage
+from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
+from airflow_provider_iceberg_exec.engine.io.session import build_session
 
 S3 = {
     "s3.endpoint": "http://127.0.0.1:8333",

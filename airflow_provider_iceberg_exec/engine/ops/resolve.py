@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_iceberg_exec.engine.compaction import compact
+from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

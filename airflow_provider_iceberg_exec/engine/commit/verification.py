@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_iceberg_exec.engine.cleanup import table_roots, under_roots
+from airflow_provider_iceberg_exec.engine.commit.cleanup import table_roots, under_roots
 from airflow_provider_iceberg_exec.engine.errors import CommitValidationError, DataFileCodecError
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
-    from airflow_provider_iceberg_exec.engine.scan import ScannedFile
+    from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
 
 __all__ = ["BaseFiles", "RemovedAtBase", "check_rows", "verify_added_files"]
 
@@ -97,7 +97,7 @@ class BaseFiles:
     def __init__(
         self, table: Table, base_snapshot_id: int | None, row_filter: BooleanExpression | None = None
     ) -> None:
-        from airflow_provider_iceberg_exec.engine.scan import scan_snapshot
+        from airflow_provider_iceberg_exec.engine.meta.scan import scan_snapshot
 
         self.base_snapshot_id = base_snapshot_id
         self.filtered = row_filter is not None
@@ -156,7 +156,7 @@ class BaseFiles:
 
 
 def _content_offset(delete_file: DataFile) -> int | None:
-    from airflow_provider_iceberg_exec.engine.manifests import v3_field
+    from airflow_provider_iceberg_exec.engine.meta.manifests import v3_field
 
     offset = v3_field(delete_file, "content_offset")
     return None if offset is None else int(offset)

@@ -93,7 +93,7 @@ class PartitionSplitter:
             return [(None, batch)]
         if batch.num_rows == 0:
             return []
-        keys = [fn(_column(batch, name)) for name, _field, fn in self._transforms]
+        keys = [fn(column_of(batch, name)) for name, _field, fn in self._transforms]
         boundaries: list[int] = []
         if batch.num_rows > 1:
             changed = None
@@ -120,7 +120,7 @@ class PartitionSplitter:
         return runs
 
 
-def _column(batch: pa.RecordBatch, dotted_name: str) -> pa.Array:
+def column_of(batch: pa.RecordBatch, dotted_name: str) -> pa.Array:
     import pyarrow.compute as pc
 
     parts = dotted_name.split(".")

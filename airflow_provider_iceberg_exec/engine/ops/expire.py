@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_iceberg_exec.engine.cleanup import ReferenceGuard, normalised_path
+from airflow_provider_iceberg_exec.engine.commit.cleanup import ReferenceGuard, normalised_path
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import EXPIRE_SNAPSHOTS_RESULT, envelope
 from airflow_provider_iceberg_exec.engine.errors import (
@@ -39,14 +39,14 @@ from airflow_provider_iceberg_exec.engine.errors import (
     CommitStateUnknownError,
     ConfigurationError,
 )
-from airflow_provider_iceberg_exec.engine.reachable import (
+from airflow_provider_iceberg_exec.engine.io.session import datafusion_errors, track_resources
+from airflow_provider_iceberg_exec.engine.meta.reachable import (
     PathNormalizer,
     ReferenceStager,
     RefKind,
     bucket_count,
     bucket_filter,
     bulk_remover,
-    datafusion_errors,
     filesystem_for,
     gc_enabled,
     parse_older_than,
@@ -54,7 +54,6 @@ from airflow_provider_iceberg_exec.engine.reachable import (
     stage_table_references,
     staged_session,
 )
-from airflow_provider_iceberg_exec.engine.session import track_resources
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO

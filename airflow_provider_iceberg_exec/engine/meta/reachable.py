@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import datetime
 import enum
-import errno
 import hashlib
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, ResourceLimitError
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,7 +53,6 @@ __all__ = [
     "bucket_count",
     "bucket_filter",
     "bulk_remover",
-    "datafusion_errors",
     "filesystem_for",
     "gc_enabled",
     "iter_live_content_files",
@@ -312,23 +309,6 @@ def bucket_filter(column: str, bucket: int, buckets: int) -> str:
     return "TRUE" if buckets == 1 else f"{column} % {buckets} = {bucket}"
 
 
-@contextmanager
-def datafusion_errors() -> Iterator[None]:
-    """Turn DataFusion's and the OS's out-of-resource errors into :class:`ResourceLimitError`."""
-    try:
-        yield
-    except ResourceLimitError:
-        raise
-    except Exception as err:
-        text = str(err)
-        first = text.splitlines()[0] if text else type(err).__name__
-        if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "No space left on device" in text:
-            raise ResourceLimitError(f"the spill disk is full: {first}; free space or move it") from err
-        if "Resources exhausted" in text:
-            raise ResourceLimitError(f"the memory limit is too small: {first}; raise it") from err
-        raise
-
-
 def staged_session(limits: ResourceLimits, spill_dir: str, tables: Mapping[str, str]) -> SessionContext:
     """The bounded session with the staged Parquet files registered as tables.
 
@@ -338,7 +318,7 @@ def staged_session(limits: ResourceLimits, spill_dir: str, tables: Mapping[str, 
     scanner reads ahead (see docs/benchmarks.md, "Orphan scan"). ADR 0001's staging through a PyArrow
     dataset is about large data files, which this is not.
     """
-    from airflow_provider_iceberg_exec.engine.session import build_session
+    from airflow_provider_iceberg_exec.engine.io.session import build_session
 
     ctx = build_session(limits, spill_dir)
     for name, path in tables.items():

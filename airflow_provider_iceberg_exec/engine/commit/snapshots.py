@@ -22,7 +22,7 @@ delete manifests, so the commits bring their own snapshot producer:
   producer's ``_commit`` again, which re-runs the idempotency check and the validation. On
   ``CommitFailedException`` and ``ValidationException`` it deletes the manifests we wrote; after an
   unknown outcome it deletes nothing.
-- Manifests are written by :mod:`airflow_provider_iceberg_exec.engine.manifests`, which also writes
+- Manifests are written by :mod:`airflow_provider_iceberg_exec.engine.meta.manifests`, which also writes
   delete manifests.
 
 Validation follows Java's ``MergingSnapshotProducer``: the base snapshot must be an ancestor of the branch
@@ -96,7 +96,6 @@ from pyiceberg.table.update import UpdatesAndRequirements
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import EMPTY_DICT, Record
 
-from airflow_provider_iceberg_exec.engine.catalog import catalog_errors
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitConflictError,
     CommitStateUnknownError,
@@ -105,13 +104,14 @@ from airflow_provider_iceberg_exec.engine.errors import (
     IcebergExecError,
     TableNotFoundError,
 )
-from airflow_provider_iceberg_exec.engine.manifests import (
+from airflow_provider_iceberg_exec.engine.io.catalog import catalog_errors
+from airflow_provider_iceberg_exec.engine.meta.manifests import (
     new_manifest_writer,
     read_manifest_entries,
     referenced_data_file,
     to_record_layout,
 )
-from airflow_provider_iceberg_exec.engine.scan import ScannedDelete, scan_snapshot
+from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, scan_snapshot
 
 __all__ = [
     "COMMIT_ID_PROPERTY",
@@ -619,7 +619,7 @@ def _database_failure(err: Exception, commit_id: str, name: str) -> IcebergExecE
         return None
     from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-    from airflow_provider_iceberg_exec.engine.catalog import is_locked
+    from airflow_provider_iceberg_exec.engine.io.catalog import is_locked
 
     if is_locked(err):
         return CommitConflictError(

@@ -14,30 +14,27 @@ copied from the document when it has them, so that a consumer can load the table
      "table": "ns.t", "group_id": 3}
 
 This module is pure engine code: it takes a PyIceberg ``FileIO`` (any object with ``new_output``,
-``new_input`` and ``delete``) or a table, never a catalog or an Airflow object.
+``new_input`` and ``delete``), never a catalog or an Airflow object. Staged payloads are discarded by
+:func:`~airflow_provider_iceberg_exec.engine.commit.cleanup.discard_payloads`, the safe delete.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileCodecError
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
-    from pyiceberg.table import Table
-
-    from airflow_provider_iceberg_exec.engine.cleanup import CleanupReport
 
 __all__ = [
     "DEFAULT_FILE_THRESHOLD",
     "PAYLOAD_REF_SCHEMA",
     "STAGING_DIR",
     "count_files",
-    "discard_payloads",
     "is_payload_ref",
     "offload_payload",
     "resolve_payload",
@@ -197,17 +194,3 @@ def resolve_payload(io: FileIO, doc: Mapping[str, Any]) -> dict[str, Any]:
         found = inner.get("schema") if isinstance(inner, dict) else type(inner).__name__
         raise DataFileCodecError(f"staged payload {uri} has schema {found!r}, expected {inner_schema!r}")
     return inner
-
-
-def discard_payloads(table: Table, uris: Iterable[str]) -> CleanupReport:
-    """Delete staged payload files after their consumer is done with them.
-
-    The URIs come from documents, so they go through the one safe-delete rule (:mod:`.cleanup`): only
-    files under the table's staging directory that the table's current metadata does not reference.
-
-    :returns: what was deleted and what was kept.
-    """
-    from airflow_provider_iceberg_exec.engine.cleanup import delete_unreferenced, normalised_path
-
-    root = normalised_path(f"{table.location().rstrip('/')}/{STAGING_DIR}/")
-    return delete_unreferenced(table, uris, what="staged payload", roots=[root.rstrip("/") + "/"])

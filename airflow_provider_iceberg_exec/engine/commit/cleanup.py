@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_provider_iceberg_exec.engine.reachable import (
+from airflow_provider_iceberg_exec.engine.io.payloads import STAGING_DIR
+from airflow_provider_iceberg_exec.engine.meta.reachable import (
     PathNormalizer,
     iter_live_content_files,
     snapshot_manifests,
@@ -43,6 +44,7 @@ __all__ = [
     "CleanupReport",
     "ReferenceGuard",
     "delete_unreferenced",
+    "discard_payloads",
     "normalised_path",
     "referenced_paths",
     "table_roots",
@@ -282,3 +284,15 @@ def uris_of(files: Iterable[Mapping[str, object]]) -> list[str]:
     return [
         str(f["file-path"]) for f in files if isinstance(f, Mapping) and isinstance(f.get("file-path"), str)
     ]
+
+
+def discard_payloads(table: Table, uris: Iterable[str]) -> CleanupReport:
+    """Delete staged payload files after their consumer is done with them.
+
+    The URIs come from documents, so they go through the one safe-delete rule (:mod:`.cleanup`): only
+    files under the table's staging directory that the table's current metadata does not reference.
+
+    :returns: what was deleted and what was kept.
+    """
+    root = normalised_path(f"{table.location().rstrip('/')}/{STAGING_DIR}/")
+    return delete_unreferenced(table, uris, what="staged payload", roots=[root.rstrip("/") + "/"])

@@ -136,7 +136,7 @@ def scan_snapshot(
     from pyiceberg.manifest import DataFileContent, ManifestContent
     from pyiceberg.table import ManifestGroupPlanner
 
-    from airflow_provider_iceberg_exec.engine.manifests import read_manifest_entries
+    from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
 
     if row_filter is None:
         row_filter = AlwaysTrue()
@@ -185,7 +185,7 @@ def is_file_scoped(delete_file: DataFile) -> bool:
     """
     from pyiceberg.manifest import DataFileContent
 
-    from airflow_provider_iceberg_exec.engine.manifests import referenced_data_file
+    from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
 
     if delete_file.content != DataFileContent.POSITION_DELETES:
         return False
@@ -241,7 +241,7 @@ def _may_reference(delete_file: DataFile, path: str) -> bool:
     As Java's DeleteFileIndex: by ``referenced_data_file`` when set, else by the ``file_path`` column's
     bounds. Without this, a position delete was taken to apply to every data file of its partition.
     """
-    from airflow_provider_iceberg_exec.engine.manifests import referenced_data_file
+    from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
 
     referenced = referenced_data_file(delete_file)
     if referenced is not None:

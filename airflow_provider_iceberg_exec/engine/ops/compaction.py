@@ -9,22 +9,20 @@ result per task -> ``commit_compaction`` -> one ``replace`` snapshot per commit 
 
 from __future__ import annotations
 
-import dataclasses
-import errno
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_iceberg_exec.engine.catalog import refresh_table
-from airflow_provider_iceberg_exec.engine.cleanup import delete_unreferenced, uris_of
-from airflow_provider_iceberg_exec.engine.commit import (
+from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, uris_of
+from airflow_provider_iceberg_exec.engine.commit.snapshots import (
     COMMIT_ID_PROPERTY,
     DanglingDeletes,
     commit_rewrite,
     find_commit,
     landed_snapshots,
 )
+from airflow_provider_iceberg_exec.engine.commit.verification import BaseFiles, check_rows, verify_added_files
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, Strategy
 from airflow_provider_iceberg_exec.engine.contracts import (
     COMPACTION_PLAN,
@@ -33,8 +31,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     REWRITE_TASK,
     envelope,
 )
-from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_json, data_file_to_json
-from airflow_provider_iceberg_exec.engine.deletes import DeleteStats, iter_live_group_batches
+from airflow_provider_iceberg_exec.engine.deletes.apply import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.documents import (
     applied_deletes_of,
     check_base_snapshot,
@@ -47,33 +44,37 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
     DataFileCodecError,
     IcebergExecError,
-    ResourceLimitError,
 )
-from airflow_provider_iceberg_exec.engine.planning import FileCandidate, plan_file_groups
-from airflow_provider_iceberg_exec.engine.read import READ_AHEAD_BATCHES, READ_AHEAD_BYTES, read_ahead
-from airflow_provider_iceberg_exec.engine.scan import (
-    ScannedDelete,
+from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table
+from airflow_provider_iceberg_exec.engine.io.read import READ_AHEAD_BATCHES, READ_AHEAD_BYTES, read_ahead
+from airflow_provider_iceberg_exec.engine.io.session import resource_error, track_resources
+from airflow_provider_iceberg_exec.engine.io.sorting import (
+    SortKey,
+    match_table_sort_order,
+    parse_sort_order,
+    sort_for_output,
+    table_sort_keys,
+)
+from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter
+from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json, data_file_to_json
+from airflow_provider_iceberg_exec.engine.meta.scan import (
     ScannedFile,
     check_branch,
     is_file_scoped,
     parse_where,
     scan_data_files,
 )
-from airflow_provider_iceberg_exec.engine.session import build_session, track_resources
-from airflow_provider_iceberg_exec.engine.sorting import (
-    SortKey,
-    match_table_sort_order,
-    parse_sort_order,
-    table_sort_keys,
-    transform_of,
+from airflow_provider_iceberg_exec.engine.meta.task_files import (
+    delete_targets,
+    has_equality_deletes,
+    removable_deletes,
+    scanned_from_json,
+    scanned_to_json,
 )
-from airflow_provider_iceberg_exec.engine.staging import StagedParquet, register_staged
-from airflow_provider_iceberg_exec.engine.verification import BaseFiles, check_rows, verify_added_files
-from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter
+from airflow_provider_iceberg_exec.engine.ops.planning import FileCandidate, plan_file_groups
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyiceberg.manifest import DataFile
     from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
@@ -81,10 +82,6 @@ if TYPE_CHECKING:
 __all__ = ["commit_compaction", "compact", "execute_rewrite_task", "plan_compaction"]
 
 log = logging.getLogger(__name__)
-
-_HIDDEN_PREFIX = "__iceberg_exec_"
-_SORT_BATCH_BYTES = 64 * 1024
-_MIN_SORT_BATCH_ROWS = 128
 
 
 def plan_compaction(
@@ -158,7 +155,7 @@ def plan_compaction(
             handle=f,
         )
         for f in scanned
-        if not only_files_with_equality_deletes or _has_equality_deletes(f)
+        if not only_files_with_equality_deletes or has_equality_deletes(f)
     ]
     outcome = plan_file_groups(
         candidates,
@@ -173,7 +170,7 @@ def plan_compaction(
         if row_filter == parse_where(None, schema)
         else scan_data_files(table, snapshot, row_filter=parse_where(None, schema))
     )
-    applies_to = _delete_targets(everything)
+    applies_to = delete_targets(everything)
     for path, reason in outcome.skipped:
         log.warning("left out %s: %s", path, reason)
     batch_of = {gid: number for number, batch in enumerate(outcome.commit_batches) for gid in batch}
@@ -198,9 +195,9 @@ def plan_compaction(
                     "needs_repartition": group.needs_repartition,
                     "input_bytes": group.input_bytes,
                     "data_files": [
-                        _scanned_to_json(f, specs, schema) for f in files if isinstance(f, ScannedFile)
+                        scanned_to_json(f, specs, schema) for f in files if isinstance(f, ScannedFile)
                     ],
-                    "removed_delete_files": _removable_deletes(
+                    "removed_delete_files": removable_deletes(
                         [f for f in files if isinstance(f, ScannedFile)], applies_to, specs, schema
                     ),
                 },
@@ -247,7 +244,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         raise ConfigurationError(f"task output spec {output_spec_id} is not a partition spec of the table")
     output_spec = specs[output_spec_id]
     entries = task["data_files"]
-    scanned_inputs = [_scanned_from_json(e, specs, schema) for e in entries]
+    scanned_inputs = [scanned_from_json(e, specs, schema) for e in entries]
     inputs = [f.data_file for f in scanned_inputs]
     delete_stats = DeleteStats()
     options = CompactionOptions.from_options(task.get("options"))
@@ -296,7 +293,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         try:
             batches: Iterator[pa.RecordBatch] = live
             if needs_order:
-                batches = _ordered(batches, keys, output_spec, schema, limits, spill_dir)
+                batches = sort_for_output(batches, keys, output_spec, schema, limits, spill_dir)
             splitter = PartitionSplitter(output_spec, schema)
             for batch in batches:
                 for partition_key, run in splitter.split(batch):
@@ -311,7 +308,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         except BaseException as err:
             live.close()
             writer.abort()
-            mapped = _resource_error(err)
+            mapped = resource_error(err)
             if mapped is err:
                 raise
             raise mapped from err
@@ -612,189 +609,6 @@ def _sort_keys(table: Table, strategy: Strategy, sort_order: str | None) -> tupl
 
 def _table_name(table: Table) -> str:
     return ".".join(table.name())
-
-
-def _scanned_to_json(
-    scanned: ScannedFile, specs: Mapping[int, PartitionSpec], schema: Schema
-) -> dict[str, Any]:
-    data_file = scanned.data_file
-    return {
-        "data-file": data_file_to_json(data_file, specs[data_file.spec_id], schema),
-        "data-sequence-number": scanned.data_sequence_number,
-        "delete-files": [
-            {
-                "content-file": data_file_to_json(d.data_file, specs[d.data_file.spec_id], schema),
-                "data-sequence-number": d.data_sequence_number,
-            }
-            for d in scanned.delete_files
-        ],
-    }
-
-
-def _has_equality_deletes(scanned: ScannedFile) -> bool:
-    from pyiceberg.manifest import DataFileContent
-
-    return any(d.data_file.content == DataFileContent.EQUALITY_DELETES for d in scanned.delete_files)
-
-
-def _scanned_from_json(
-    entry: Mapping[str, Any], specs: Mapping[int, PartitionSpec], schema: Schema
-) -> ScannedFile:
-    """A task's input file with the delete files that apply to it, as :func:`_scanned_to_json` wrote it."""
-    return ScannedFile(
-        data_file=data_file_from_json(entry["data-file"], specs, schema),
-        data_sequence_number=int(entry.get("data-sequence-number") or 0),
-        delete_files=tuple(
-            ScannedDelete(
-                data_file_from_json(d["content-file"], specs, schema), int(d.get("data-sequence-number") or 0)
-            )
-            for d in entry.get("delete-files", [])
-        ),
-    )
-
-
-def _delete_targets(scanned: Sequence[ScannedFile]) -> dict[str, tuple[ScannedDelete, set[str]]]:
-    """For each live delete file, the live data files it applies to."""
-    targets: dict[str, tuple[ScannedDelete, set[str]]] = {}
-    for data in scanned:
-        for delete in data.delete_files:
-            targets.setdefault(delete.data_file.file_path, (delete, set()))[1].add(data.data_file.file_path)
-    return targets
-
-
-def _removable_deletes(
-    files: Sequence[ScannedFile],
-    applies_to: Mapping[str, tuple[ScannedDelete, set[str]]],
-    specs: Mapping[int, PartitionSpec],
-    schema: Schema,
-) -> list[dict[str, Any]]:
-    """Delete files that apply only to files of this group: dangling once the group is rewritten.
-
-    This covers the DVs and file-scoped position deletes of the rewritten files. A delete file that also
-    applies to a file of another group (or one left out of the plan) stays; left behind, it can no longer
-    match the rewritten rows (new paths; data sequence number not below an equality delete's).
-    """
-    paths = {f.data_file.file_path for f in files}
-    removable: dict[str, DataFile] = {}
-    for data in files:
-        for delete in data.delete_files:
-            path = delete.data_file.file_path
-            if path in applies_to and applies_to[path][1] <= paths:
-                removable[path] = delete.data_file
-    return [data_file_to_json(d, specs[d.spec_id], schema) for _, d in sorted(removable.items())]
-
-
-def _ordered(
-    batches: Iterator[pa.RecordBatch],
-    keys: Sequence[SortKey],
-    spec: PartitionSpec,
-    schema: Schema,
-    limits: ResourceLimits,
-    spill_dir: str,
-) -> Iterator[pa.RecordBatch]:
-    """Sort rows by the output partition, then by ``keys``, in DataFusion under the memory limit.
-
-    The rows are first staged into one local Parquet file, so DataFusion reads a single streaming source
-    instead of polling every input file at once; transformed keys become hidden columns.
-    """
-    import pyarrow as pa
-    from datafusion import col
-
-    # (column name, fn(batch) -> array or None for a column of the batch itself, ascending, nulls_first)
-    hidden: list[tuple[str, Any, bool, bool]] = []
-    top_level = set(schema.as_arrow().names)
-    for i, partition_field in enumerate(spec.fields):
-        source = schema.find_field(partition_field.source_id)
-        column = schema.find_column_name(partition_field.source_id)
-        fn = partition_field.transform.pyarrow_transform(source.field_type)
-        hidden.append((f"{_HIDDEN_PREFIX}p{i}", _keyed(column, fn), True, True))
-    for j, key in enumerate(keys):
-        source = schema.find_field(key.source_id)
-        if key.transform == "identity" and key.column in top_level and "." not in key.column:
-            # Sort on the column itself: a hidden copy doubled what was staged, sorted and spilled.
-            hidden.append((key.column, None, key.ascending, key.nulls_first))
-            continue
-        transform = None if key.transform == "identity" else transform_of(key)
-        key_fn = transform.pyarrow_transform(source.field_type) if transform else None
-        hidden.append((f"{_HIDDEN_PREFIX}s{j}", _keyed(key.column, key_fn), key.ascending, key.nulls_first))
-    computed = [(name, fn) for name, fn, _asc, _nf in hidden if fn is not None]
-
-    # Beside the run's spill directory, not in it: the execution stats count that directory as spilled
-    # bytes, and a sort that fits in memory spills nothing.
-    stage_path = f"{spill_dir}.stage"
-    stage = StagedParquet(stage_path)
-    width = 0
-    try:
-        for batch in batches:
-            width = batch.num_columns
-            stage.write(
-                pa.RecordBatch.from_arrays(
-                    [*batch.columns, *(fn(batch) for _name, fn in computed)],
-                    names=[*batch.schema.names, *(name for name, _fn in computed)],
-                )
-            )
-        if not stage.close():
-            return
-        # Freed staging buffers stay cached in PyArrow's allocator unless handed back now.
-        pa.default_memory_pool().release_unused()
-        ctx = build_session(_sort_limits(limits, stage.total_bytes, stage.rows), spill_dir)
-        # One sort over one scan partition (a split scan sorts each half in half the pool, then merges),
-        # read by DataFusion's own Parquet reader: through a PyArrow dataset the same sort peaked higher.
-        ctx.sql("SET datafusion.optimizer.repartition_file_scans = false").collect()
-        register_staged(ctx, "staged", stage_path)
-        frame = ctx.table("staged").sort(
-            *(
-                col(name).sort(ascending=asc, nulls_first=nulls_first)
-                for name, _fn, asc, nulls_first in hidden
-            )
-        )
-        for batch in frame.execute_stream():
-            arrow = batch.to_pyarrow()
-            yield arrow.select(list(range(width)))
-    finally:
-        stage.remove()
-
-
-def _sort_limits(limits: ResourceLimits, staged_bytes: int, staged_rows: int) -> ResourceLimits:
-    """``limits`` with batches of about :data:`_SORT_BATCH_BYTES` for the sort.
-
-    Outside its pool DataFusion's external sort holds a few batches per sorted run and per merge input;
-    measured on 4M rows of 64 bytes under a 64 MiB pool, 8192-row batches cost 217 MiB above the baseline
-    and 2048-row batches 143 MiB.
-    """
-    row_bytes = max(1, staged_bytes // max(1, staged_rows))
-    rows = max(_MIN_SORT_BATCH_ROWS, min(limits.batch_size, _SORT_BATCH_BYTES // row_bytes))
-    return dataclasses.replace(limits, batch_size=rows)
-
-
-def _keyed(column: str | None, fn: Any) -> Any:
-    from airflow_provider_iceberg_exec.engine.write import _column
-
-    if column is None:
-        raise ConfigurationError("a partition or sort field refers to a dropped column")
-
-    def compute(batch: pa.RecordBatch) -> pa.Array:
-        values = _column(batch, column)
-        return fn(values) if fn is not None else values
-
-    return compute
-
-
-def _resource_error(err: BaseException) -> BaseException:
-    """Turn DataFusion's and the OS's out-of-resource errors into ResourceLimitError."""
-    if isinstance(err, IcebergExecError):
-        return err
-    text = str(err)
-    if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "No space left on device" in text:
-        return ResourceLimitError(
-            f"the spill disk is full: {text.splitlines()[0] if text else err}; free space or raise the limit"
-        )
-    if "Resources exhausted" in text:
-        first = text.splitlines()[0]
-        return ResourceLimitError(
-            f"the memory limit is too small for this group: {first}; raise --memory-limit"
-        )
-    return err
 
 
 def _verify_batch(

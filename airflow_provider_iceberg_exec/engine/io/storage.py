@@ -2,7 +2,7 @@
 
 PyIceberg's ``PyArrowFileIO`` reads and writes every table file (data, manifests, metadata); where
 DataFusion reads or writes remote paths it must reach the same bucket with the same credentials. Both
-are derived here from the same allowlisted properties (:mod:`~airflow_provider_iceberg_exec.engine.catalog`):
+are derived here from the same allowlisted properties (:mod:`.catalog`):
 
 =============================  ==============================  ===========================================
 property                       PyIceberg FileIO (PyArrow)      DataFusion ``object_store``

@@ -17,7 +17,7 @@ the comparisons as PyIceberg does; NaN compares as IEEE 754 (``x > 5`` and ``x =
 **Which files are touched.** Planning reads metadata only:
 
 - data files that cannot hold a matching row (partition and column-metrics pruning,
-  :func:`~airflow_provider_iceberg_exec.engine.scan.scan_data_files`) are not listed at all;
+  :func:`~airflow_provider_iceberg_exec.engine.meta.scan.scan_data_files`) are not listed at all;
 - for ``delete`` and ``overwrite``, a file in which every row matches -- provable from its partition
   (PyIceberg's strict projection) or its column metrics (PyIceberg's strict metrics evaluator), where the
   columns involved hold no null -- is removed without being read;
@@ -34,7 +34,7 @@ partition column, files of an older spec, rows loaded by ``overwrite``) are clus
 DataFusion's spilling sort over a staged copy, as compaction does.
 
 **Deletes.** A data file with delete files (position deletes, deletion vectors, equality deletes) is
-read through :func:`~airflow_provider_iceberg_exec.engine.deletes.iter_live_group_batches`, as compaction
+read through :func:`~.deletes.apply.iter_live_group_batches`, as compaction
 reads it: in the probe (all columns then, not only the predicate's) and in the rewrite, so a deleted row
 is neither counted as matching nor copied. Such a file is never removed unread (its live row count is not
 in the metadata). When it is removed or rewritten, the delete files that applied only to removed files
@@ -58,23 +58,14 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.expressions.visitors import BoundBooleanExpressionVisitor, bind, rewrite_not, visit
 
-from airflow_provider_iceberg_exec.engine.catalog import refresh_table
-from airflow_provider_iceberg_exec.engine.cleanup import delete_unreferenced, uris_of
-from airflow_provider_iceberg_exec.engine.commit import (
+from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, uris_of
+from airflow_provider_iceberg_exec.engine.commit.snapshots import (
     DanglingDeletes,
     IsolationLevel,
     commit_overwrite,
     find_commit,
 )
-from airflow_provider_iceberg_exec.engine.compaction import (
-    _delete_targets,
-    _has_equality_deletes,
-    _ordered,
-    _removable_deletes,
-    _resource_error,
-    _scanned_from_json,
-    _scanned_to_json,
-)
+from airflow_provider_iceberg_exec.engine.commit.verification import BaseFiles, check_rows, verify_added_files
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import (
     COW_COMMIT_RESULT,
@@ -83,8 +74,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     COW_TASK,
     envelope,
 )
-from airflow_provider_iceberg_exec.engine.datafile_json import data_file_from_json, data_file_to_json
-from airflow_provider_iceberg_exec.engine.deletes import DeleteStats, iter_live_group_batches
+from airflow_provider_iceberg_exec.engine.deletes.apply import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.documents import (
     applied_deletes_of,
     check_base_snapshot,
@@ -99,17 +89,31 @@ from airflow_provider_iceberg_exec.engine.errors import (
     DataFileReadError,
     IcebergExecError,
 )
-from airflow_provider_iceberg_exec.engine.read import (
+from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table
+from airflow_provider_iceberg_exec.engine.io.read import (
     READ_AHEAD_BATCHES,
     READ_AHEAD_BYTES,
     iter_data_file_batches,
     read_ahead,
     read_batch_rows,
 )
-from airflow_provider_iceberg_exec.engine.scan import ScannedFile, check_branch, parse_where, scan_data_files
-from airflow_provider_iceberg_exec.engine.session import build_session, track_resources
-from airflow_provider_iceberg_exec.engine.verification import BaseFiles, check_rows, verify_added_files
-from airflow_provider_iceberg_exec.engine.write import PartitionSplitter, RollingDataFileWriter, _column
+from airflow_provider_iceberg_exec.engine.io.session import build_session, resource_error, track_resources
+from airflow_provider_iceberg_exec.engine.io.sorting import sort_for_output
+from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter, column_of
+from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json, data_file_to_json
+from airflow_provider_iceberg_exec.engine.meta.scan import (
+    ScannedFile,
+    check_branch,
+    parse_where,
+    scan_data_files,
+)
+from airflow_provider_iceberg_exec.engine.meta.task_files import (
+    delete_targets,
+    has_equality_deletes,
+    removable_deletes,
+    scanned_from_json,
+    scanned_to_json,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -322,7 +326,7 @@ class _MatchVisitor(BoundBooleanExpressionVisitor["pa.Array"]):
         name = self._schema.find_column_name(term.ref().field.field_id)
         if name is None:  # pragma: no cover - binding found the field
             raise ConfigurationError(f"column of field id {term.ref().field.field_id} is not in the schema")
-        return _column(self._batch, name)
+        return column_of(self._batch, name)
 
     def _scalar(self, term: BoundTerm, value: Any) -> pa.Scalar:
         import pyarrow as pa
@@ -534,7 +538,7 @@ class _Updater:
             try:
                 produced = [chunk.to_pyarrow() for chunk in frame.execute_stream()]
             except Exception as err:  # a runtime error of an expression (overflow, division by zero, ...)
-                mapped = _resource_error(err)
+                mapped = resource_error(err)
                 if mapped is not err:
                     raise mapped from err
                 raise ConfigurationError(f"cannot evaluate {self._describe()}: {_first_line(err)}") from err
@@ -747,7 +751,7 @@ def plan_cow_rewrite(
         scanned_files = scan_data_files(table, snapshot, predicate.unbound)
         # Which live data files each delete file applies to, over the whole table (not only `where`).
         applies_to = (
-            _delete_targets(scan_data_files(table, snapshot, parse_where(None, schema)))
+            delete_targets(scan_data_files(table, snapshot, parse_where(None, schema)))
             if any(f.delete_files for f in scanned_files)
             else {}
         )
@@ -757,8 +761,8 @@ def plan_cow_rewrite(
             dropped += whole
             entries.append(
                 {
-                    **_scanned_to_json(scanned, specs, schema),
-                    "removable-delete-files": _removable_deletes([scanned], applies_to, specs, schema),
+                    **scanned_to_json(scanned, specs, schema),
+                    "removable-delete-files": removable_deletes([scanned], applies_to, specs, schema),
                     "all-rows-match": whole,
                     "_order": (
                         data_file.spec_id,
@@ -959,7 +963,7 @@ def execute_cow_task(table: Table, task: Mapping[str, Any], limits: ResourceLimi
             run.execute(entries, sources, spill_dir)
         except BaseException as err:
             run.abort()
-            mapped = _resource_error(err)
+            mapped = resource_error(err)
             if mapped is err:
                 raise
             raise mapped from err
@@ -1065,7 +1069,7 @@ class _Run:
         to_order: list[Callable[[], Iterator[pa.RecordBatch]]] = []
         ordered = _Counts()  # filled while the ordered stream is consumed, merged once it is written
         for entry in entries:
-            scanned = _scanned_from_json(entry, self.specs, self.schema)
+            scanned = scanned_from_json(entry, self.specs, self.schema)
             if entry.get("all-rows-match"):
                 self.counts.merge(self._drop_unread(entry, scanned.data_file))
             elif self._needs_order(scanned.data_file):
@@ -1076,7 +1080,7 @@ class _Run:
                 in_place.append((entry, scanned))
 
         workers = min(_workers(self.limits), len(in_place))
-        if any(_has_equality_deletes(scanned) for _, scanned in in_place):
+        if any(has_equality_deletes(scanned) for _, scanned in in_place):
             workers = 1  # each equality-delete anti-join takes its own share of the memory limit
         if workers <= 1:
             for item in in_place:
@@ -1093,7 +1097,7 @@ class _Run:
         if to_order:
             batches: Iterator[pa.RecordBatch] = (batch for make in to_order for batch in make())
             if not self.output_spec.is_unpartitioned():
-                batches = _ordered(batches, (), self.output_spec, self.schema, self.limits, spill_dir)
+                batches = sort_for_output(batches, (), self.output_spec, self.schema, self.limits, spill_dir)
             self.added.extend(self._write(batches, sort_order_id=None))
         self.counts.merge(ordered)
         expected = self.counts.rewritten_rows + self.counts.updated_rows + self.counts.inserted_rows
@@ -1254,7 +1258,7 @@ class _Run:
         An equality-delete anti-join does not keep the row order.
         """
         order_id = scanned.data_file.sort_order_id
-        if order_id is None or order_id not in self.sort_orders or _has_equality_deletes(scanned):
+        if order_id is None or order_id not in self.sort_orders or has_equality_deletes(scanned):
             return None
         if self.set_ids & {f.source_id for f in self.sort_orders[order_id].fields}:
             return None
@@ -1320,7 +1324,7 @@ def commit_cow_rewrite(
 
     The snapshot is ``overwrite`` (``delete`` when nothing is added, ``append`` when nothing is removed),
     validated from the plan's base snapshot with the predicate as the conflict-detection filter and the
-    plan's isolation level (:func:`~airflow_provider_iceberg_exec.engine.commit.commit_overwrite`). When
+    plan's isolation level (:func:`~.commit.snapshots.commit_overwrite`). When
     nothing matched, nothing is committed. When validation fails, the new files are deleted.
 
     :returns: ``iceberg-exec/cow-commit-result@1``.

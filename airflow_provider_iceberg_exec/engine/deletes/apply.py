@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import MIN_MEMORY_LIMIT_BYTES, ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
-from airflow_provider_iceberg_exec.engine.manifests import v3_field
-from airflow_provider_iceberg_exec.engine.read import iter_data_file_batches, read_batch_rows
-from airflow_provider_iceberg_exec.engine.scan import ScannedDelete, ScannedFile
-from airflow_provider_iceberg_exec.engine.staging import (
+from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
+from airflow_provider_iceberg_exec.engine.io.staging import (
     CHUNKS_PER_PART,
     StagedParquet,
     register_staged,
     remove_staged,
 )
+from airflow_provider_iceberg_exec.engine.meta.manifests import v3_field
+from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile
 
 if TYPE_CHECKING:
     import numpy as np
@@ -227,7 +227,7 @@ def deleted_positions(io: FileIO, scanned: ScannedFile) -> npt.NDArray[np.int64]
     ]
     dvs = [f for f in positional if is_deletion_vector(f)]
     if dvs:
-        from airflow_provider_iceberg_exec.engine.manifests import referenced_data_file
+        from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
 
         wrong = [f.file_path for f in dvs if referenced_data_file(f) not in (None, path)]
         if wrong:
@@ -457,7 +457,7 @@ def _join_limits(limits: ResourceLimits, staged: Sequence[StagedParquet]) -> Res
 
 
 def _join_session(limits: ResourceLimits, spill_dir: str) -> Any:
-    from airflow_provider_iceberg_exec.engine.session import build_session
+    from airflow_provider_iceberg_exec.engine.io.session import build_session
 
     ctx = build_session(limits, spill_dir)
     # A sort-merge join: the hash join's build side does not spill.
@@ -491,7 +491,7 @@ def _join_pair(
 
 def _bucket_budget(limits: ResourceLimits) -> int:
     """The most bytes one side of one bucket's join may hold: an eighth of the join's pool."""
-    from airflow_provider_iceberg_exec.engine.session import POOL_SHARE
+    from airflow_provider_iceberg_exec.engine.io.session import POOL_SHARE
 
     return max(1, int(limits.memory_limit_bytes * POOL_SHARE) // 8)
 
@@ -678,7 +678,7 @@ def _stage_data(
     """Stage the live rows of ``files`` with key and scope columns; return the table's Arrow schema."""
     import pyarrow as pa
 
-    from airflow_provider_iceberg_exec.engine.write import _column
+    from airflow_provider_iceberg_exec.engine.io.write import column_of
 
     target_schema = None
     for scanned in files:
@@ -687,7 +687,7 @@ def _stage_data(
         for batch in live(scanned, read_schema):
             if target_schema is None:
                 target_schema = pa.schema(list(batch.schema)[:width])
-            keys = {_key(i): _column(batch, str(schema.find_column_name(i))) for i in current_keys}
+            keys = {_key(i): column_of(batch, str(schema.find_column_name(i))) for i in current_keys}
             scope = _scope_columns(batch.num_rows, scanned.data_sequence_number, data_file.spec_id, part)
             stage.write(_with_scope(batch, {**keys, **scope}))
     return target_schema

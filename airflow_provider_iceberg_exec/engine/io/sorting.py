@@ -7,13 +7,20 @@ table's order; only then are output files stamped with that order's id.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+from airflow_provider_iceberg_exec.engine.io.session import build_session
+from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.table.sorting import SortOrder
     from pyiceberg.transforms import Transform
@@ -162,3 +169,106 @@ def transform_of(key: SortKey) -> Transform[object, object]:
     from pyiceberg.transforms import parse_transform
 
     return parse_transform(key.transform)
+
+
+#: hidden columns of the staged rows: partition values and transformed sort keys
+_HIDDEN_PREFIX = "__iceberg_exec_"
+#: bytes per batch of the sort (see :func:`_sort_limits`)
+_SORT_BATCH_BYTES = 64 * 1024
+_MIN_SORT_BATCH_ROWS = 128
+
+
+def sort_for_output(
+    batches: Iterator[pa.RecordBatch],
+    keys: Sequence[SortKey],
+    spec: PartitionSpec,
+    schema: Schema,
+    limits: ResourceLimits,
+    spill_dir: str,
+) -> Iterator[pa.RecordBatch]:
+    """Sort rows by the output partition, then by ``keys``, in DataFusion under the memory limit.
+
+    The rows are first staged into one local Parquet file, so DataFusion reads a single streaming source
+    instead of polling every input file at once; transformed keys become hidden columns.
+    """
+    import pyarrow as pa
+    from datafusion import col
+
+    # (column name, fn(batch) -> array or None for a column of the batch itself, ascending, nulls_first)
+    hidden: list[tuple[str, Any, bool, bool]] = []
+    top_level = set(schema.as_arrow().names)
+    for i, partition_field in enumerate(spec.fields):
+        source = schema.find_field(partition_field.source_id)
+        column = schema.find_column_name(partition_field.source_id)
+        fn = partition_field.transform.pyarrow_transform(source.field_type)
+        hidden.append((f"{_HIDDEN_PREFIX}p{i}", _keyed(column, fn), True, True))
+    for j, key in enumerate(keys):
+        source = schema.find_field(key.source_id)
+        if key.transform == "identity" and key.column in top_level and "." not in key.column:
+            # Sort on the column itself: a hidden copy doubled what was staged, sorted and spilled.
+            hidden.append((key.column, None, key.ascending, key.nulls_first))
+            continue
+        transform = None if key.transform == "identity" else transform_of(key)
+        key_fn = transform.pyarrow_transform(source.field_type) if transform else None
+        hidden.append((f"{_HIDDEN_PREFIX}s{j}", _keyed(key.column, key_fn), key.ascending, key.nulls_first))
+    computed = [(name, fn) for name, fn, _asc, _nf in hidden if fn is not None]
+
+    # Beside the run's spill directory, not in it: the execution stats count that directory as spilled
+    # bytes, and a sort that fits in memory spills nothing.
+    stage_path = f"{spill_dir}.stage"
+    stage = StagedParquet(stage_path)
+    width = 0
+    try:
+        for batch in batches:
+            width = batch.num_columns
+            stage.write(
+                pa.RecordBatch.from_arrays(
+                    [*batch.columns, *(fn(batch) for _name, fn in computed)],
+                    names=[*batch.schema.names, *(name for name, _fn in computed)],
+                )
+            )
+        if not stage.close():
+            return
+        # Freed staging buffers stay cached in PyArrow's allocator unless handed back now.
+        pa.default_memory_pool().release_unused()
+        ctx = build_session(_sort_limits(limits, stage.total_bytes, stage.rows), spill_dir)
+        # One sort over one scan partition (a split scan sorts each half in half the pool, then merges),
+        # read by DataFusion's own Parquet reader: through a PyArrow dataset the same sort peaked higher.
+        ctx.sql("SET datafusion.optimizer.repartition_file_scans = false").collect()
+        register_staged(ctx, "staged", stage_path)
+        frame = ctx.table("staged").sort(
+            *(
+                col(name).sort(ascending=asc, nulls_first=nulls_first)
+                for name, _fn, asc, nulls_first in hidden
+            )
+        )
+        for batch in frame.execute_stream():
+            arrow = batch.to_pyarrow()
+            yield arrow.select(list(range(width)))
+    finally:
+        stage.remove()
+
+
+def _sort_limits(limits: ResourceLimits, staged_bytes: int, staged_rows: int) -> ResourceLimits:
+    """``limits`` with batches of about :data:`_SORT_BATCH_BYTES` for the sort.
+
+    Outside its pool DataFusion's external sort holds a few batches per sorted run and per merge input;
+    measured on 4M rows of 64 bytes under a 64 MiB pool, 8192-row batches cost 217 MiB above the baseline
+    and 2048-row batches 143 MiB.
+    """
+    row_bytes = max(1, staged_bytes // max(1, staged_rows))
+    rows = max(_MIN_SORT_BATCH_ROWS, min(limits.batch_size, _SORT_BATCH_BYTES // row_bytes))
+    return dataclasses.replace(limits, batch_size=rows)
+
+
+def _keyed(column: str | None, fn: Any) -> Any:
+    from airflow_provider_iceberg_exec.engine.io.write import column_of  # write imports this module
+
+    if column is None:
+        raise ConfigurationError("a partition or sort field refers to a dropped column")
+
+    def compute(batch: pa.RecordBatch) -> pa.Array:
+        values = column_of(batch, column)
+        return fn(values) if fn is not None else values
+
+    return compute

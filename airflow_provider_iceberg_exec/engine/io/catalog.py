@@ -151,10 +151,10 @@ def load_catalog(config: CatalogConfig) -> Catalog:
             f"catalog {config.name!r} has no 'type' or 'uri'; configure it in ~/.pyiceberg.yaml, "
             f"PYICEBERG_CATALOG__{config.name.upper()}__* variables or the Airflow connection"
         )
-    from airflow_provider_iceberg_exec.engine.storage import pyiceberg_properties
+    from airflow_provider_iceberg_exec.engine.io.storage import pyiceberg_properties
 
     with catalog_errors(config.name):
-        # Storage mapping (engine/storage.py): s3.path-style-access and a region for an s3.endpoint,
+        # Storage mapping (engine/io/storage.py): s3.path-style-access and a region for an s3.endpoint,
         # which PyIceberg's FileIO would otherwise ignore or look up at AWS.
         return _load(config.name, **pyiceberg_properties(config.properties))
     raise AssertionError("unreachable")  # pragma: no cover - catalog_errors re-raises

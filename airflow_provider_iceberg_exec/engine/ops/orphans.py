@@ -15,7 +15,7 @@ The scan, in bounded memory:
    directory by directory through the table's file system, skipping hidden names as Java does, into a
    staged Parquet file;
 3. then refreshes the table and stages every file its metadata references
-   (:mod:`airflow_provider_iceberg_exec.engine.reachable`) into another;
+   (:mod:`airflow_provider_iceberg_exec.engine.meta.reachable`) into another;
 4. anti-joins the two in DataFusion with a sort-merge join, which spills under the memory limit;
 5. aborts when a referenced file is missing from the listing (the listing is partial) or when a reference
    category comes back empty for a table with snapshots; applies ``prefix_mismatch_mode``;
@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_iceberg_exec.engine.cleanup import referenced_paths, table_roots, under_roots
+from airflow_provider_iceberg_exec.engine.commit.cleanup import referenced_paths, table_roots, under_roots
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import (
     ORPHAN_DELETE_RESULT,
@@ -55,8 +55,9 @@ from airflow_provider_iceberg_exec.engine.errors import (
     DataFileCodecError,
     IcebergExecError,
 )
-from airflow_provider_iceberg_exec.engine.payloads import STAGING_DIR
-from airflow_provider_iceberg_exec.engine.reachable import (
+from airflow_provider_iceberg_exec.engine.io.payloads import STAGING_DIR
+from airflow_provider_iceberg_exec.engine.io.session import datafusion_errors, track_resources
+from airflow_provider_iceberg_exec.engine.meta.reachable import (
     ROWS_PER_ROW_GROUP,
     PathNormalizer,
     ReferenceStager,
@@ -64,7 +65,6 @@ from airflow_provider_iceberg_exec.engine.reachable import (
     bucket_count,
     bucket_filter,
     bulk_remover,
-    datafusion_errors,
     filesystem_for,
     gc_enabled,
     parse_older_than,
@@ -72,7 +72,6 @@ from airflow_provider_iceberg_exec.engine.reachable import (
     stage_table_references,
     staged_session,
 )
-from airflow_provider_iceberg_exec.engine.session import track_resources
 
 if TYPE_CHECKING:
     import pyarrow as pa

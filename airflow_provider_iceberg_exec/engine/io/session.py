@@ -8,6 +8,7 @@ writer size themselves from :class:`ResourceLimits`.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import resource
@@ -21,12 +22,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+from airflow_provider_iceberg_exec.engine.errors import (
+    ConfigurationError,
+    IcebergExecError,
+    ResourceLimitError,
+)
 
 if TYPE_CHECKING:
     from datafusion import SessionContext
 
-__all__ = ["ExecutionStats", "build_session", "prepare_spill_dir", "track_resources"]
+__all__ = [
+    "ExecutionStats",
+    "build_session",
+    "datafusion_errors",
+    "prepare_spill_dir",
+    "resource_error",
+    "track_resources",
+]
 
 log = logging.getLogger(__name__)
 
@@ -150,3 +162,31 @@ def track_resources(
         stats.peak_rss_bytes = max(stats.peak_rss_bytes, _rss_bytes())
         stats.elapsed_seconds = time.monotonic() - start
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def resource_error(err: BaseException) -> BaseException:
+    """The one mapping of DataFusion's and the OS's out-of-resource errors to :class:`ResourceLimitError`;
+    any other error is returned as it is."""
+    if isinstance(err, IcebergExecError):
+        return err
+    text = str(err)
+    if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or "No space left on device" in text:
+        return ResourceLimitError(
+            f"the spill disk is full: {text.splitlines()[0] if text else err}; free space or raise the limit"
+        )
+    if "Resources exhausted" in text:
+        first = text.splitlines()[0]
+        return ResourceLimitError(f"the memory limit is too small: {first}; raise --memory-limit")
+    return err
+
+
+@contextmanager
+def datafusion_errors() -> Iterator[None]:
+    """Raise DataFusion's and the OS's out-of-resource errors as :class:`ResourceLimitError`."""
+    try:
+        yield
+    except Exception as err:
+        mapped = resource_error(err)
+        if mapped is err:
+            raise
+        raise mapped from err
