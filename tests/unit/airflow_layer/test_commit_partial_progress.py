@@ -307,7 +307,8 @@ def test_every_rewrite_failed_fails_the_commit_and_removes_the_staged_specs(
     )
     staged = [ref["uri"].removeprefix("file://") for ref in planned]
     assert all(os.path.exists(p) for p in staged)
-    with pytest.raises(AirflowFailException, match=r"^IncompleteRunError: every planned task failed \(2: 0, 1\)"):
+    failed = r"^IncompleteRunError: every planned task failed \(2: 0, 1\)"
+    with pytest.raises(AirflowFailException, match=failed):
         CommitOperator(task_id="commit", results=[], planned=planned, table=TABLE).execute(_context())
     assert not any(os.path.exists(p) for p in staged)
 
