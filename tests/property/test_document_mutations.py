@@ -51,14 +51,18 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
 from airflow_provider_iceberg_exec.demo import make_fragmented_table
-from airflow_provider_iceberg_exec.engine.compaction import (
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.errors import IcebergExecError
+from airflow_provider_iceberg_exec.engine.ops.compaction import (
     commit_compaction,
     execute_rewrite_task,
     plan_compaction,
 )
-from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.cow import commit_cow_rewrite, execute_cow_task, plan_cow_rewrite
-from airflow_provider_iceberg_exec.engine.errors import IcebergExecError
+from airflow_provider_iceberg_exec.engine.ops.cow import (
+    commit_cow_rewrite,
+    execute_cow_task,
+    plan_cow_rewrite,
+)
 from tests.helpers import commit_position_deletes, data_files, live_checksum, local_path, row_digest
 
 pytestmark = pytest.mark.integration
