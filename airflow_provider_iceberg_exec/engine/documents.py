@@ -14,6 +14,7 @@ the table by :mod:`.verification` at commit time; this module is pure.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
 from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 
 __all__ = [
+    "applied_delete",
     "applied_deletes_of",
     "check_base_snapshot",
     "check_compaction_plan",
@@ -42,6 +44,7 @@ __all__ = [
     "content_file_entries",
 ]
 
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _KIND_NAMES = {int: "an integer", str: "a string", list: "a list", dict: "an object", bool: "true or false"}
 
 
@@ -117,19 +120,34 @@ class _Doc:
 
 def applied_deletes_of(entry: Mapping[str, Any]) -> dict[str, Any]:
     """What a result reports for one rewritten or removed task entry: its data sequence number and the
-    delete files applied to it, each with its data sequence number (the commit checks them at the base).
+    delete files applied to it, each as ``[data sequence number, content, equality ids]``: all the
+    commit checks against the base snapshot (a relabelled or re-sequenced delete applies differently).
 
-    >>> applied_deletes_of({"data-file": {}, "data-sequence-number": 3,
-    ...     "delete-files": [{"content-file": {"file-path": "d.parquet"}, "data-sequence-number": 5}]})
-    {'data-sequence-number': 3, 'delete-files': {'d.parquet': 5}}
+    >>> delete = {"file-path": "d.parquet", "content": "equality-deletes", "equality-ids": [2, 1]}
+    >>> applied_deletes_of({"data-file": {}, "data-sequence-number": 3, "delete-files": [
+    ...     {"content-file": delete, "data-sequence-number": 5}]})
+    {'data-sequence-number': 3, 'delete-files': {'d.parquet': [5, 'equality-deletes', [1, 2]]}}
     """
     return {
         "data-sequence-number": int(entry.get("data-sequence-number") or 0),
         "delete-files": {
-            str(d["content-file"]["file-path"]): int(d.get("data-sequence-number") or 0)
+            str(d["content-file"]["file-path"]): applied_delete(
+                int(d.get("data-sequence-number") or 0),
+                str(d["content-file"].get("content")),
+                d["content-file"].get("equality-ids"),
+            )
             for d in entry.get("delete-files") or []
         },
     }
+
+
+def applied_delete(sequence_number: int, content: str, equality_ids: Sequence[int] | None) -> list[Any]:
+    """How one applied delete file is reported and compared: ``[sequence number, content, sorted ids]``.
+
+    >>> applied_delete(4, "position-deletes", None)
+    [4, 'position-deletes', []]
+    """
+    return [sequence_number, content, sorted(int(i) for i in equality_ids or [])]
 
 
 def check_base_snapshot(metadata: Any, snapshot_id: int) -> None:
@@ -189,7 +207,11 @@ def check_rewrite_task(doc: Any) -> Mapping[str, Any]:
     """  # noqa: E501
     reader = _Doc(doc, REWRITE_TASK)
     reader.table()
-    reader.where = f"{REWRITE_TASK} document (group {reader.text('group_id')})"
+    group = reader.text("group_id")
+    reader.where = f"{REWRITE_TASK} document (group {group})"
+    if not _SAFE_NAME.fullmatch(group) or ".." in group:
+        # It prefixes the output's file names: a "/" or ".." would write outside the table.
+        raise reader.error("group_id", f"{group!r} must be letters, digits, '.', '_' or '-' only")
     reader.text("branch", required=False)
     reader.get("base_snapshot_id", int)
     reader.get("output_spec_id", int)
@@ -315,15 +337,25 @@ def _check_applied_deletes(reader: _Doc, removed: Sequence[Mapping[str, Any]]) -
         if (
             not valid
             or not isinstance(deletes, Mapping)
-            or not all(
-                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                for k, v in deletes.items()
-            )
+            or not all(map(_is_applied_delete, deletes.values()))
         ):
             raise reader.error(
                 f"applied_deletes[{path!r}]",
-                "expected {'data-sequence-number': int, 'delete-files': {path: data sequence number}}",
+                "expected {'data-sequence-number': int, 'delete-files': {path: [sequence number, content, "
+                "equality ids]}}",
             )
+
+
+def _is_applied_delete(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 3
+        and isinstance(value[0], int)
+        and not isinstance(value[0], bool)
+        and value[1] in ("position-deletes", "equality-deletes")
+        and isinstance(value[2], list)
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in value[2])
+    )
 
 
 def check_cow_task(doc: Any) -> Mapping[str, Any]:
@@ -334,9 +366,13 @@ def check_cow_task(doc: Any) -> Mapping[str, Any]:
     reader = _Doc(doc, COW_TASK)
     reader.table()
     reader.where = f"{COW_TASK} document (task {reader.get('task_id', int)})"
-    _check_cow_common(reader)
+    operation = _check_cow_common(reader)
+    reader.get("schema_id", int)
+    reader.get("output_spec_id", int)
     _check_task_entries(reader, "data_files")
     sources: list[Any] = reader.get("source_files", list, required=False) or []
+    if sources and operation != "overwrite":
+        raise reader.error("source_files", f"only an overwrite loads files, not a {operation}")
     for pos, source in enumerate(sources):
         valid = isinstance(source, Mapping) and isinstance(source.get("path"), str)
         if not valid or not all(
@@ -360,15 +396,20 @@ def check_cow_plan(doc: Any) -> Mapping[str, Any]:
     return reader.doc
 
 
-def _check_cow_common(reader: _Doc) -> None:
-    reader.text("operation")
+def _check_cow_common(reader: _Doc) -> str:
+    """The keys every copy-on-write document carries; returns the operation."""
+    operation = reader.text("operation")
+    if operation not in ("delete", "update", "overwrite"):
+        raise reader.error(
+            "operation", f"unknown operation {operation!r}; expected delete, update or overwrite"
+        )
     reader.text("where")
     reader.text("branch")
     reader.get("base_snapshot_id", int, nullable=True)
     reader.text("isolation_level")
-    reader.get("set", dict, required=False, nullable=True)
-    reader.get("schema_id", int, required=False)
-    reader.get("output_spec_id", int, required=False)
+    if reader.get("set", dict, required=False, nullable=True) and operation != "update":
+        raise reader.error("set", f"only an update sets columns, not a {operation}")
+    return operation
 
 
 def check_cow_result(doc: Any) -> Mapping[str, Any]:
@@ -384,12 +425,15 @@ def check_cow_result(doc: Any) -> Mapping[str, Any]:
     reader.table()
     task = reader.get("task_id", int)
     reader.where = f"{COW_RESULT} document (task {task})"
-    _check_cow_common(reader)
+    operation = _check_cow_common(reader)
     removed = reader.files("removed_data_files")
     added = reader.files("added_data_files")
     reader.files("removed_delete_files", content=None)
     _check_applied_deletes(reader, removed)
     counts = {key: reader.count(key) for key in _COW_COUNTS}
+    for key, allowed in (("inserted_rows", "overwrite"), ("updated_rows", "update")):
+        if counts[key] and operation != allowed:
+            raise reader.error(key, f"{counts[key]} rows, but only an {allowed} has them, not a {operation}")
     _check_sums(
         reader,
         added,

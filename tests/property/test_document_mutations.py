@@ -22,9 +22,9 @@ A refused ``execute_*`` also leaves no file of its own behind in the table's dir
 Rows are compared by an order-independent digest of every live row read by PyIceberg's own reader
 (:func:`tests.helpers.row_digest`, as :func:`tests.helpers.live_checksum` does), never by the engine.
 
-Known bugs are reproduced by the ``test_bug_*`` tests at the end (``xfail(strict=True)``: each starts
-passing, and must then lose its mark, once the bug is fixed). The property steers clear of them, each
-place marked "known bug", so that it passes meanwhile: drop a steering once its bug is fixed.
+The ``test_bug_*`` tests at the end are the minimal reproductions of the bugs this property found, each
+now a regression test: a relabelled delete, unproven predicate counts, a trusted all-rows-match flag,
+files loaded by a delete, missing ids, a partial commit before a refusal, a group id escaping the table.
 """
 
 from __future__ import annotations
@@ -359,14 +359,8 @@ def run_and_check(
     table: Table,
     action: Callable[[], Any],
     rows_ok: Callable[[World, Counter[int]], str | None],
-    *,
-    partial_commit_ok: bool = False,
 ) -> str:
-    """Run ``action`` and assert the property; returns ``"refused"`` or ``"committed"``.
-
-    :param partial_commit_ok: a refusal may follow the commit of earlier commit batches (a known bug,
-        test_bug_compaction_refusal_after_an_earlier_batch_committed); their rows must then be right.
-    """
+    """Run ``action`` and assert the property; returns ``"refused"`` or ``"committed"``."""
     try:
         action()
     except IcebergExecError as err:
@@ -382,11 +376,7 @@ def run_and_check(
     assert not gone, f"files the table referenced before were deleted: {gone}"
     after = live_digests(table)
     assert snapshot is not None
-    if outcome == "refused" and partial_commit_ok and snapshot.snapshot_id != world.base:
-        _note("steered: refused after an earlier commit batch landed (known bug)")
-        problem = rows_ok(world, after)
-        assert problem is None, problem
-    elif outcome == "refused":
+    if outcome == "refused":
         assert snapshot.snapshot_id == world.base, "refused, but the table changed"
         assert checksum_of(after) == world.checksum == live_checksum(table)
     else:
@@ -724,9 +714,9 @@ def _fix_cow_result(doc: Any, world: World, draw: Draw) -> None:
     """Recompute a copy-on-write result's row counts and ``applied_deletes`` keys from its files.
 
     ``deleted_rows`` is set to the truth (the live rows of the removed files that match the predicate),
-    never to whatever balances the counts: the commit does not prove ``deleted_rows`` (a known bug, see
-    test_bug_cow_commit_trusts_deleted_rows_*), so a balancing lie would fail the property there. One
-    of the result's two equations is then balanced: the rows written, or the rows removed.
+    never to whatever balances the counts, so that the mutation reaches the deeper checks; the commit proves
+    ``deleted_rows`` from the files (test_bug_cow_commit_trusts_deleted_rows). One of the result's two
+    equations is then balanced: the rows written, or the rows removed.
     """
     if not isinstance(doc, dict):
         return
@@ -979,14 +969,12 @@ def test_genuine_documents_commit_correctly(world: World) -> None:
 def test_mutated_compaction_results(world: World, data: st.DataObject) -> None:
     docs: list[Any] = copy.deepcopy(world.results)
     mutate_results(data.draw, docs, world, (), _fix_rewrite_result)
-    batches = {d.get("commit_batch") for d in _docs(docs)}
     with world.table() as table:
         run_and_check(
             world,
             table,
             lambda: commit_compaction(table, docs, commit_id=fresh_commit_id()),
             compaction_rows_ok,
-            partial_commit_ok=len(batches) > 1,
         )
 
 
@@ -1002,59 +990,21 @@ def test_mutated_cow_results(world: World, data: st.DataObject) -> None:
 
 
 def _steer_clear_of_cow_task_bugs(docs: list[Any], world: World, genuine: dict[str, Any]) -> None:
-    """Undo the parts of a mutated copy-on-write task that hit a known bug, so that the property passes:
-
-    - a null or missing ``schema_id`` / ``output_spec_id`` (test_bug_cow_task_without_*): restored;
-    - files to load (``source_files``): cleared; ``set`` of an ``update``: cleared;
-    - ``all-rows-match`` on an entry whose data file (or its path) does not have every row matching
-      (test_bug_cow_task_all_rows_match_is_trusted): cleared, unless delete files make the engine refuse.
-    """
+    """Undo the parts of a mutated copy-on-write task whose outcome the property cannot judge: the files
+    an overwrite loads and the ``set`` of an update are what a user asks for, not lies."""
     task = docs[0] if docs and isinstance(docs[0], dict) else None
     if task is None:
         return
-    for key in ("schema_id", "output_spec_id"):
-        if task.get(key) is None:
-            note(f"steered: {key} restored (known bug)")
-            task[key] = genuine[key]
-    if isinstance(task.get("source_files"), list) and task["source_files"]:
-        # Files to load in a delete task are loaded (test_bug_cow_delete_task_loads_source_files); in
-        # an overwrite they are what the user asked for, which the property cannot tell from a lie.
-        note("steered: source_files cleared (known bug)")
+    overwrite = str(task.get("operation")).strip().lower() == "overwrite"
+    if overwrite and isinstance(task.get("source_files"), list) and task["source_files"]:
+        # In an overwrite the files to load are what the user asked for, which the property cannot tell
+        # from a lie (elsewhere they are refused: test_bug_cow_delete_task_loads_source_files).
+        note("steered: source_files of an overwrite cleared")
         task["source_files"] = []
     if str(task.get("operation")).strip().lower() == "update" and task.get("set"):
         # A valid update of other rows than the delete's: the property's expectation does not apply.
         note("steered: set cleared")
         task["set"] = None
-    every_row_matches = {
-        path
-        for path in world.live_data
-        if all(i < min(VALID_WHERE.values()) for p, i in world.rows.values() if p == path)
-    }
-    for entry in _dicts(task.get("data_files")):
-        data_file = entry.get("data-file")
-        path = data_file.get("file-path") if isinstance(data_file, dict) else None
-        if entry.get("all-rows-match") and path not in every_row_matches and not entry.get("delete-files"):
-            note("steered: all-rows-match cleared (known bug)")
-            entry["all-rows-match"] = False
-
-
-def _steer_clear_of_delete_relabelling(docs: list[Any], world: World) -> None:
-    """Undo a delete file's relabelling (content, equality ids) in a mutated task: a known bug
-    (test_bug_task_relabels_position_delete_as_equality_delete) that would fail the property."""
-    task = docs[0] if docs and isinstance(docs[0], dict) else None
-    genuine = {**world.delete_json, world.orphan_delete["file-path"]: world.orphan_delete}
-    for entry in _dicts(task.get("data_files") if task else None):
-        for delete in _dicts(entry.get("delete-files")):
-            content = delete.get("content-file")
-            path = content.get("file-path") if isinstance(content, dict) else None
-            if isinstance(path, str) and path in genuine:
-                for key in ("content", "equality-ids"):
-                    if content.get(key) != genuine[path].get(key):
-                        note(f"steered: {key} of {path} restored (known bug)")
-                        if key in genuine[path]:
-                            content[key] = copy.deepcopy(genuine[path][key])
-                        else:
-                            content.pop(key, None)
 
 
 def _execute_then_commit(
@@ -1085,7 +1035,6 @@ def test_mutated_compaction_tasks(world: World, data: st.DataObject) -> None:
     index = data.draw(st.integers(0, len(world.plan["tasks"]) - 1), label="task")
     docs: list[Any] = [copy.deepcopy(world.plan["tasks"][index])]
     mutate_task(data.draw, docs, world)
-    _steer_clear_of_delete_relabelling(docs, world)
     others = [
         r for i, r in enumerate(world.results) if i != index and data.draw(st.booleans(), label=f"with {i}")
     ]
@@ -1107,7 +1056,6 @@ def test_mutated_cow_tasks(world: World, data: st.DataObject) -> None:
     docs: list[Any] = [copy.deepcopy(world.cow_plan["tasks"][index])]
     mutate_task(data.draw, docs, world, (mutate_cow_common,))
     _steer_clear_of_cow_task_bugs(docs, world, world.cow_plan["tasks"][index])
-    _steer_clear_of_delete_relabelling(docs, world)
     others = [
         r
         for i, r in enumerate(world.cow_results)
@@ -1124,7 +1072,7 @@ def test_mutated_cow_tasks(world: World, data: st.DataObject) -> None:
         run_and_check(world, table, action, delete_rows_ok)
 
 
-# -- known bugs, each reduced to one deterministic mutation --------------------------------------------------
+# -- the bugs this property found, each one deterministic mutation, now regression tests ---------------
 
 
 def _ids_of(world: World, path: str) -> list[int]:
@@ -1141,12 +1089,6 @@ def _entry_with_deletes(world: World, tasks: list[dict[str, Any]], *, partial: b
     raise AssertionError("no such entry")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a task may relabel a position delete file as an equality delete; the rewrite then skips "
-    "it, and the commit accepts the result (applied_deletes compares paths and sequence numbers only, "
-    "check_rows only bounds position-deleted rows from above): deleted rows come back",
-)
 @pytest.mark.parametrize("kind", ["compaction", "cow"])
 def test_bug_task_relabels_position_delete_as_equality_delete(world: World, kind: str) -> None:
     tasks = world.plan["tasks"] if kind == "compaction" else world.cow_plan["tasks"]
@@ -1179,12 +1121,6 @@ def _partial_cow_result(world: World, *, with_others: bool) -> tuple[int, dict[s
     raise AssertionError("no such result")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: commit_cow_rewrite never proves deleted_rows (check_rows takes it as by_operation, "
-    "unbounded): a self-consistent result whose counts say the predicate removed rows it did not is "
-    "committed: rows that do not match are lost, or come back twice",
-)
 @pytest.mark.parametrize("lie", ["added file dropped", "rewritten file kept"])
 def test_bug_cow_commit_trusts_deleted_rows(world: World, lie: str) -> None:
     index, partial = _partial_cow_result(world, with_others=lie == "rewritten file kept")
@@ -1215,12 +1151,6 @@ def test_bug_cow_commit_trusts_deleted_rows(world: World, lie: str) -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: execute_cow_task removes a file flagged all-rows-match unread (_Run._drop_unread) "
-    "without checking the flag against the file's metrics, and the commit cannot tell: rows that do not "
-    "match the predicate are lost",
-)
 def test_bug_cow_task_all_rows_match_is_trusted(world: World) -> None:
     tasks = world.cow_plan["tasks"]
     t, e = next(
@@ -1242,11 +1172,6 @@ def test_bug_cow_task_all_rows_match_is_trusted(world: World) -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: check_cow_task accepts a null or missing schema_id / output_spec_id (optional keys), "
-    "then execute_cow_task does int(doc[key]): TypeError / KeyError instead of a DataFileCodecError",
-)
 @pytest.mark.parametrize("key", ["schema_id", "output_spec_id"])
 @pytest.mark.parametrize("how", ["null", "missing"])
 def test_bug_cow_task_without_schema_or_spec_id(world: World, key: str, how: str) -> None:
@@ -1259,12 +1184,6 @@ def test_bug_cow_task_without_schema_or_spec_id(world: World, key: str, how: str
         run_and_check(world, table, lambda: execute_cow_task(table, task, world.limits), delete_rows_ok)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: check_cow_task accepts source_files in a delete task and execute_cow_task loads them "
-    "whatever the operation (the planner refuses them outside overwrite); check_cow_result accepts "
-    "inserted_rows in a delete: a delete commits new rows",
-)
 def test_bug_cow_delete_task_loads_source_files(world: World) -> None:
     task = copy.deepcopy(world.cow_plan["tasks"][0])
     assert task["operation"] == "delete"
@@ -1282,11 +1201,6 @@ def test_bug_cow_delete_task_loads_source_files(world: World) -> None:
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: commit_compaction proves each commit batch's results (_verify_batch) only right before "
-    "committing that batch: a bad result in a later batch is refused after the earlier batches landed",
-)
 def test_bug_compaction_refusal_after_an_earlier_batch_committed(world: World) -> None:
     docs = copy.deepcopy(world.results)
     docs[1]["commit_batch"] = docs[2]["commit_batch"] = 1
@@ -1301,12 +1215,6 @@ def test_bug_compaction_refusal_after_an_earlier_batch_committed(world: World) -
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: check_rewrite_task accepts any group_id, and execute_rewrite_task uses it as the file "
-    "name prefix of its output: a '/' or '..' in it writes files outside the table's locations, which "
-    "the commit refuses and nothing removes (the orphan scan never looks there)",
-)
 def test_bug_group_id_writes_outside_the_table(world: World) -> None:
     task = copy.deepcopy(world.plan["tasks"][0])
     task["group_id"] = "../../../../../escape"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.commit.cleanup import table_roots, under_roots
+from airflow_provider_iceberg_exec.engine.documents import applied_delete
 from airflow_provider_iceberg_exec.engine.errors import CommitValidationError, DataFileCodecError
 
 if TYPE_CHECKING:
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
+
+#: a delete file's content as the task documents spell it
+_CONTENT_NAMES = {1: "position-deletes", 2: "equality-deletes"}
 
 __all__ = ["BaseFiles", "RemovedAtBase", "check_rows", "verify_added_files"]
 
@@ -138,7 +142,12 @@ class BaseFiles:
                     f"removed file {path} has data sequence number {scanned.data_sequence_number} in the "
                     f"base snapshot, the result says {claimed['data-sequence-number']}"
                 )
-            expected = {d.data_file.file_path: d.data_sequence_number for d in scanned.delete_files}
+            expected = {
+                d.data_file.file_path: applied_delete(
+                    d.data_sequence_number, _CONTENT_NAMES[int(d.data_file.content)], d.data_file.equality_ids
+                )
+                for d in scanned.delete_files
+            }
             if dict(claimed["delete-files"]) != expected:
                 raise DataFileCodecError(
                     f"the deletes applied to {path} ({sorted(claimed['delete-files'])}) are not those that "

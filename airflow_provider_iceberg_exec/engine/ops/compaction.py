@@ -402,7 +402,18 @@ def commit_compaction(
     check_branch(table.metadata, branch, _table_name(table))
     schema = table.metadata.schema()
     specs = table.metadata.specs()
-    base_files: BaseFiles | None = None
+    # What the results claim is proven before any batch is committed: a bad claim refuses the whole call
+    # and deletes nothing (the document cannot say what is safe to delete). Batches that already landed
+    # (a retry) are not proven again: their base may have expired since.
+    pending = [
+        doc
+        for number, batch in batches.items()
+        if find_commit(table.metadata, branch, commit_id if len(batches) == 1 else f"{commit_id}.{number}")
+        is None
+        for doc in batch
+    ]
+    if pending:
+        _verify_batch(table, BaseFiles(table, int(base_snapshot_id)), pending, specs, schema)
     failed_commits = 0
     all_already = True
     for number, batch in sorted(batches.items()):
@@ -413,11 +424,6 @@ def commit_compaction(
         # a concurrent commit made them apply again) and, with remove-dangling-deletes, every other one.
         dangling = DanglingDeletes.ALL if options.remove_dangling_deletes else DanglingDeletes.REWRITTEN
         batch_id = commit_id if len(batches) == 1 else f"{commit_id}.{number}"
-        if find_commit(table.metadata, branch, batch_id) is None:
-            # What the results claim is proven before anything is committed: a bad claim refuses the
-            # whole call and deletes nothing (the document cannot say what is safe to delete).
-            base_files = base_files or BaseFiles(table, int(base_snapshot_id))
-            _verify_batch(table, base_files, batch, specs, schema)
         try:
             outcome = commit_rewrite(
                 table,

@@ -1225,26 +1225,7 @@ class _Run:
 
     def _read(self, scanned: ScannedFile, projection: Schema) -> Iterator[pa.RecordBatch]:
         """The rows of a data file: its live rows, all columns, when it has delete files."""
-        metadata = self.table.metadata
-        if scanned.delete_files:
-            return iter_live_group_batches(
-                self.table.io,
-                metadata,
-                [scanned],
-                limits=self.limits,
-                spill_dir=self.spill_dir,
-                stats=DeleteStats(),
-            )
-        data_file = scanned.data_file
-        return iter_data_file_batches(
-            self.table.io,
-            data_file,
-            table_schema=projection,
-            spec=self.specs[data_file.spec_id],
-            name_mapping=metadata.name_mapping(),
-            format_version=metadata.format_version,
-            batch_size=read_batch_rows(data_file, self.limits.batch_size),
-        )
+        return _live_batches(self.table, scanned, projection, self.limits, self.spill_dir)
 
     def _needs_order(self, data_file: DataFile) -> bool:
         """Whether the file's rows may land in several partitions of the output spec."""
@@ -1429,6 +1410,69 @@ def commit_cow_rewrite(
     return envelope(COW_COMMIT_RESULT, summary)
 
 
+def _live_batches(
+    table: Table, scanned: ScannedFile, projection: Schema, limits: ResourceLimits, spill_dir: str
+) -> Iterator[pa.RecordBatch]:
+    """The live rows of one data file: ``projection`` of it, or all columns when it has delete files."""
+    metadata = table.metadata
+    if scanned.delete_files:
+        return iter_live_group_batches(
+            table.io, metadata, [scanned], limits=limits, spill_dir=spill_dir, stats=DeleteStats()
+        )
+    data_file = scanned.data_file
+    return iter_data_file_batches(
+        table.io,
+        data_file,
+        table_schema=projection,
+        spec=metadata.specs()[data_file.spec_id],
+        name_mapping=metadata.name_mapping(),
+        format_version=metadata.format_version,
+        batch_size=read_batch_rows(data_file, limits.batch_size),
+    )
+
+
+def _prove_matches(table: Table, doc: Mapping[str, Any], base_files: BaseFiles) -> None:
+    """Count, from the removed files themselves, their live rows and those matching the predicate, and
+    refuse a result whose counts differ: a result cannot say which rows the predicate removed.
+
+    A file without delete files whose metrics prove that every row matches is not read.
+
+    :raises DataFileCodecError: naming the counts that differ.
+    """
+    import pyarrow.compute as pc
+    from pyiceberg.schema import prune_columns
+
+    schema = table.metadata.schema()
+    predicate = _Predicate(str(doc["where"]), schema)
+    every_row_matches = predicate.strict_evaluator(table.metadata)
+    projection = (
+        prune_columns(schema, predicate.field_ids, select_full_types=False) if predicate.field_ids else schema
+    )
+    limits = ResourceLimits()
+    stored = live = matched = 0
+    with track_resources(limits) as (spill_dir, _stats):
+        for removed in doc["removed_data_files"]:
+            scanned = base_files.live[str(removed["file-path"])]
+            stored += scanned.data_file.record_count
+            if not scanned.delete_files and every_row_matches(scanned.data_file):
+                live += scanned.data_file.record_count
+                matched += scanned.data_file.record_count
+                continue
+            batches = _live_batches(table, scanned, projection, limits, spill_dir)
+            with closing(batches):  # type: ignore[type-var]  # a generator: closes the file now
+                for batch in batches:
+                    live += batch.num_rows
+                    matched += int(pc.sum(predicate.matches(batch)).as_py() or 0)
+    by_predicate = "updated_rows" if doc["operation"] == "update" else "deleted_rows"
+    claimed = (int(doc[by_predicate]), int(doc["rewritten_rows"]), int(doc["delete_file_rows"]))
+    if claimed != (matched, live - matched, stored - live):
+        raise DataFileCodecError(
+            f"task {doc['task_id']}: its removed files hold {matched} matching and {live - matched} other "
+            f"live rows ({stored - live} removed by delete files), but the result says {by_predicate} "
+            f"{claimed[0]}, rewritten_rows {claimed[1]}, delete_file_rows {claimed[2]}; nothing committed"
+        )
+
+
 def _verify_results(
     table: Table,
     docs: Sequence[Mapping[str, Any]],
@@ -1448,6 +1492,7 @@ def _verify_results(
             by_operation=int(doc["deleted_rows"]),
             what=f"task {doc['task_id']}",
         )
+        _prove_matches(table, doc, base_files)
 
 
 _ROW_AND_BYTE_KEYS = (
