@@ -289,10 +289,7 @@ def check_rewrite_result(doc: Any) -> Mapping[str, Any]:
             f"{counts['added_records']} rows added, but {counts['rewritten_records']} rewritten minus "
             f"{deleted} deleted is {counts['rewritten_records'] - deleted}",
         )
-    _check_added_names(reader, added, f"{group}-")
-    overlap = {f["file-path"] for f in added} & {f["file-path"] for f in rewritten}
-    if overlap:
-        raise reader.error("added_data_files", f"{sorted(overlap)[0]} is also rewritten")
+    _check_outputs(reader, added, rewritten, f"{group}-")
     return reader.doc
 
 
@@ -313,7 +310,10 @@ def _check_sums(reader: _Doc, files: Sequence[Mapping[str, Any]], key: str, clai
         raise reader.error(key, f"says {claimed}, but its files' {field!r} add up to {total}")
 
 
-def _check_added_names(reader: _Doc, added: Sequence[Mapping[str, Any]], prefix: str) -> None:
+def _check_outputs(
+    reader: _Doc, added: Sequence[Mapping[str, Any]], removed: Sequence[Mapping[str, Any]], prefix: str
+) -> None:
+    """Every added file is named by the writing task's prefix, and none is also a removed one."""
     for pos, item in enumerate(added):
         name = posixpath.basename(str(item["file-path"]))
         if not name.startswith(prefix):
@@ -321,6 +321,9 @@ def _check_added_names(reader: _Doc, added: Sequence[Mapping[str, Any]], prefix:
                 f"added_data_files[{pos}]",
                 f"{item['file-path']} was not written by this task (prefix {prefix!r})",
             )
+    overlap = {f["file-path"] for f in added} & {f["file-path"] for f in removed}
+    if overlap:
+        raise reader.error("added_data_files", f"{sorted(overlap)[0]} is also removed")
 
 
 def _check_applied_deletes(reader: _Doc, removed: Sequence[Mapping[str, Any]]) -> None:
@@ -454,10 +457,7 @@ def check_cow_result(doc: Any) -> Mapping[str, Any]:
             f"hold {removed_rows} rows, but copied + updated + deleted + removed by delete files is "
             f"{accounted}",
         )
-    _check_added_names(reader, added, f"cow-{task}-")
-    overlap = {f["file-path"] for f in added} & {f["file-path"] for f in removed}
-    if overlap:
-        raise reader.error("added_data_files", f"{sorted(overlap)[0]} is also removed")
+    _check_outputs(reader, added, removed, f"cow-{task}-")
     return reader.doc
 
 
