@@ -575,7 +575,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         return 1
     except OSError as err:
         # The storage refused or failed (access denied, throttling, an unreachable endpoint).
-        print(f"iceberg-exec: error: storage: {_one_line(err)}", file=sys.stderr)
+        print(f"iceberg-exec: error: storage of catalog {args.catalog!r}: {_one_line(err)}", file=sys.stderr)
         return 1
     except Exception as err:
         # A failure nobody anticipated still gets one line; --debug shows where it came from.
