@@ -32,6 +32,7 @@ __all__ = [
     "IncompleteRunError",
     "ResourceLimitError",
     "TableNotFoundError",
+    "first_line",
 ]
 
 
@@ -77,3 +78,13 @@ class CommitValidationError(CommitConflictError):
 
 class CommitStateUnknownError(IcebergExecError):
     """Raised when the catalog's answer to a commit is unknown; check the table before retrying."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (driver messages run long), or its class name.
+
+    >>> first_line(ValueError("bad\\nmore"))
+    'bad'
+    """
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -103,6 +103,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
     IcebergExecError,
     TableNotFoundError,
+    first_line,
 )
 from airflow_provider_iceberg_exec.engine.io.catalog import catalog_errors
 from airflow_provider_iceberg_exec.engine.meta.manifests import (
@@ -629,9 +630,9 @@ def _database_failure(err: Exception, commit_id: str, name: str) -> IcebergExecE
     if isinstance(err, (OperationalError, InterfaceError)) or (
         isinstance(err, DBAPIError) and err.connection_invalidated
     ):
-        first = str(getattr(err, "orig", None) or err).strip().splitlines()[0:1] or [type(err).__name__]
+        first = first_line(getattr(err, "orig", None) or err)
         return CommitStateUnknownError(
-            f"the catalog's database connection was lost during commit {commit_id} to {name} ({first[0]}); "
+            f"the catalog's database connection was lost during commit {commit_id} to {name} ({first}); "
             f"check for a snapshot with {COMMIT_ID_PROPERTY}={commit_id} before retrying"
         )
     return None

@@ -19,6 +19,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
     IcebergExecError,
     TableNotFoundError,
+    first_line,
 )
 
 if TYPE_CHECKING:
@@ -187,20 +188,20 @@ def catalog_errors(name: str) -> Iterator[None]:
     except IcebergExecError:
         raise
     except (NotInstalledError, ImportError) as err:
-        raise ConfigurationError(f"cannot load catalog {name!r}: {_first_line(err)}") from err
+        raise ConfigurationError(f"cannot load catalog {name!r}: {first_line(err)}") from err
     except (ValueError, NotImplementedError) as err:
-        raise ConfigurationError(f"catalog {name!r}: {_first_line(err)}") from err
+        raise ConfigurationError(f"catalog {name!r}: {first_line(err)}") from err
     except (ForbiddenError, UnauthorizedError, OAuthError) as err:
         raise ConfigurationError(
-            f"catalog {name!r} refused the credentials ({type(err).__name__}): {_first_line(err)}"
+            f"catalog {name!r} refused the credentials ({type(err).__name__}): {first_line(err)}"
         ) from err
     except (ServiceUnavailableError, TooManyRequestsError, ServerError, OSError, TimeoutError) as err:
         # requests' ConnectionError and Timeout are OSErrors; so are the storage's network errors.
         raise CatalogUnavailableError(
-            f"catalog {name!r} is unavailable ({type(err).__name__}): {_first_line(err)}; retry later"
+            f"catalog {name!r} is unavailable ({type(err).__name__}): {first_line(err)}; retry later"
         ) from err
     except RESTError as err:
-        raise CatalogUnavailableError(f"catalog {name!r} failed: {_first_line(err)}") from err
+        raise CatalogUnavailableError(f"catalog {name!r} failed: {first_line(err)}") from err
     except Exception as err:
         # A SQL catalog opens its database here; SQLAlchemy's errors would otherwise surface as
         # tracebacks. Connection failures are transient, the rest is configuration.
@@ -219,9 +220,9 @@ def catalog_errors(name: str) -> Iterator[None]:
             isinstance(err, DBAPIError) and err.connection_invalidated
         ):
             raise CatalogUnavailableError(
-                f"cannot reach the database of catalog {name!r}: {_first_line(err)}"
+                f"cannot reach the database of catalog {name!r}: {first_line(err)}"
             ) from err
-        raise ConfigurationError(f"cannot open the database of catalog {name!r}: {_first_line(err)}") from err
+        raise ConfigurationError(f"cannot open the database of catalog {name!r}: {first_line(err)}") from err
 
 
 def refresh_table(table: Table) -> Table:
@@ -239,11 +240,6 @@ def is_locked(err: BaseException) -> bool:
     """
     text = str(err)
     return "database is locked" in text or "database table is locked" in text or "database is busy" in text
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def parse_table_name(name: str) -> tuple[str, ...]:

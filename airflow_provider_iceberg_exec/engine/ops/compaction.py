@@ -408,8 +408,7 @@ def commit_compaction(
     pending = [
         doc
         for number, batch in batches.items()
-        if find_commit(table.metadata, branch, commit_id if len(batches) == 1 else f"{commit_id}.{number}")
-        is None
+        if find_commit(table.metadata, branch, _batch_id(commit_id, number, len(batches))) is None
         for doc in batch
     ]
     if pending:
@@ -423,7 +422,7 @@ def commit_compaction(
         # retry): those the rewrite left dangling (the tasks' removed_delete_files are among them unless
         # a concurrent commit made them apply again) and, with remove-dangling-deletes, every other one.
         dangling = DanglingDeletes.ALL if options.remove_dangling_deletes else DanglingDeletes.REWRITTEN
-        batch_id = commit_id if len(batches) == 1 else f"{commit_id}.{number}"
+        batch_id = _batch_id(commit_id, number, len(batches))
         try:
             outcome = commit_rewrite(
                 table,
@@ -637,6 +636,11 @@ def _verify_batch(
             by_position_deletes=int(doc["position_deleted_records"]),
             what=f"group {doc['group_id']}",
         )
+
+
+def _batch_id(commit_id: str, number: int, batches: int) -> str:
+    """The commit id of one commit batch: the caller's id, or ``<id>.<batch>`` when there are several."""
+    return commit_id if batches == 1 else f"{commit_id}.{number}"
 
 
 def _check_groups_once(docs: Sequence[Mapping[str, Any]]) -> None:

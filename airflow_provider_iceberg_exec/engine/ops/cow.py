@@ -88,6 +88,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     DataFileCodecError,
     DataFileReadError,
     IcebergExecError,
+    first_line,
 )
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table
 from airflow_provider_iceberg_exec.engine.io.read import (
@@ -520,7 +521,7 @@ class _Updater:
         try:
             return self._ctx.read_batch(batch).select_exprs(*self._exprs)
         except Exception as err:  # DataFusion raises bare Exception / ValueError for plan errors
-            raise ConfigurationError(f"cannot evaluate {self._describe()}: {_first_line(err)}") from err
+            raise ConfigurationError(f"cannot evaluate {self._describe()}: {first_line(err)}") from err
 
     def _describe(self) -> str:
         return "set " + ", ".join(f"{a.name} = {a.expression}" for a in self._assignments)
@@ -541,7 +542,7 @@ class _Updater:
                 mapped = resource_error(err)
                 if mapped is not err:
                     raise mapped from err
-                raise ConfigurationError(f"cannot evaluate {self._describe()}: {_first_line(err)}") from err
+                raise ConfigurationError(f"cannot evaluate {self._describe()}: {first_line(err)}") from err
         values = pa.Table.from_batches(produced, schema=frame.schema()) if produced else None
         if values is None or values.num_rows != matched:  # pragma: no cover - a projection keeps rows
             raise IcebergExecError(f"{self._describe()} returned another number of rows than it was given")
@@ -558,7 +559,7 @@ class _Updater:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
                 raise ConfigurationError(
                     f"set {assignment.name} = {assignment.expression}: a value does not fit column "
-                    f"{assignment.name} ({target}): {_first_line(err)}; nothing was committed"
+                    f"{assignment.name} ({target}): {first_line(err)}; nothing was committed"
                 ) from err
             if assignment.required and new.null_count:
                 raise ConfigurationError(
@@ -569,11 +570,6 @@ class _Updater:
                 take
             )
         return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 # ----------------------------------------------------------------------------------------------- sources
@@ -607,7 +603,7 @@ def _inspect_source(table: Table, path: str) -> _Source:
             names = list(footer.schema_arrow.names)
             rows = footer.metadata.num_rows
     except (FileNotFoundError, OSError, pa.ArrowInvalid, ValueError) as err:
-        raise ConfigurationError(f"cannot read Parquet file {path} to load: {_first_line(err)}") from err
+        raise ConfigurationError(f"cannot read Parquet file {path} to load: {first_line(err)}") from err
     table_names = [column.name for column in schema.columns]
     if extra := [n for n in names if n not in table_names]:
         raise ConfigurationError(
@@ -1431,38 +1427,50 @@ def _live_batches(
     )
 
 
-def _prove_matches(table: Table, doc: Mapping[str, Any], base_files: BaseFiles) -> None:
-    """Count, from the removed files themselves, their live rows and those matching the predicate, and
-    refuse a result whose counts differ: a result cannot say which rows the predicate removed.
+class _MatchCounter:
+    """Counts, from the removed files themselves, their live rows and those matching the predicate, so
+    that a result cannot say which rows the predicate removed; one per commit (the predicate is the plan's).
 
     A file without delete files whose metrics prove that every row matches is not read.
+    """
+
+    def __init__(self, table: Table, where: str, limits: ResourceLimits, spill_dir: str) -> None:
+        from pyiceberg.schema import prune_columns
+
+        schema = table.metadata.schema()
+        self.table, self.limits, self.spill_dir = table, limits, spill_dir
+        self.predicate = _Predicate(where, schema)
+        self.every_row_matches = self.predicate.strict_evaluator(table.metadata)
+        field_ids = self.predicate.field_ids
+        self.projection = prune_columns(schema, field_ids, select_full_types=False) if field_ids else schema
+
+    def count(self, scanned: ScannedFile) -> tuple[int, int]:
+        """``(live rows, matching live rows)`` of one data file."""
+        import pyarrow.compute as pc
+
+        if not scanned.delete_files and self.every_row_matches(scanned.data_file):
+            return scanned.data_file.record_count, scanned.data_file.record_count
+        live = matched = 0
+        batches = _live_batches(self.table, scanned, self.projection, self.limits, self.spill_dir)
+        with closing(batches):  # type: ignore[type-var]  # a generator: closes the file now
+            for batch in batches:
+                live += batch.num_rows
+                matched += int(pc.sum(self.predicate.matches(batch)).as_py() or 0)
+        return live, matched
+
+
+def _prove_matches(doc: Mapping[str, Any], base_files: BaseFiles, counter: _MatchCounter) -> None:
+    """Refuse a result whose row counts differ from what its removed files hold (:class:`_MatchCounter`).
 
     :raises DataFileCodecError: naming the counts that differ.
     """
-    import pyarrow.compute as pc
-    from pyiceberg.schema import prune_columns
-
-    schema = table.metadata.schema()
-    predicate = _Predicate(str(doc["where"]), schema)
-    every_row_matches = predicate.strict_evaluator(table.metadata)
-    projection = (
-        prune_columns(schema, predicate.field_ids, select_full_types=False) if predicate.field_ids else schema
-    )
-    limits = ResourceLimits()
     stored = live = matched = 0
-    with track_resources(limits) as (spill_dir, _stats):
-        for removed in doc["removed_data_files"]:
-            scanned = base_files.live[str(removed["file-path"])]
-            stored += scanned.data_file.record_count
-            if not scanned.delete_files and every_row_matches(scanned.data_file):
-                live += scanned.data_file.record_count
-                matched += scanned.data_file.record_count
-                continue
-            batches = _live_batches(table, scanned, projection, limits, spill_dir)
-            with closing(batches):  # type: ignore[type-var]  # a generator: closes the file now
-                for batch in batches:
-                    live += batch.num_rows
-                    matched += int(pc.sum(predicate.matches(batch)).as_py() or 0)
+    for removed in doc["removed_data_files"]:
+        scanned = base_files.live[str(removed["file-path"])]
+        stored += scanned.data_file.record_count
+        file_live, file_matched = counter.count(scanned)
+        live += file_live
+        matched += file_matched
     by_predicate = "updated_rows" if doc["operation"] == "update" else "deleted_rows"
     claimed = (int(doc[by_predicate]), int(doc["rewritten_rows"]), int(doc["delete_file_rows"]))
     if claimed != (matched, live - matched, stored - live):
@@ -1481,18 +1489,33 @@ def _verify_results(
     schema: Schema,
 ) -> None:
     """Prove each task result against the base snapshot and the storage, its rows included."""
-    for doc in docs:
-        removed = [data_file_from_json(f, specs, schema) for f in doc["removed_data_files"]]
-        added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]
-        verify_added_files(table, added)
-        check_rows(
-            base_files.check_removed(removed, doc["applied_deletes"]),
-            kept=sum(f.record_count for f in added) - int(doc["inserted_rows"]),
-            by_deletes=int(doc["delete_file_rows"]),
-            by_operation=int(doc["deleted_rows"]),
-            what=f"task {doc['task_id']}",
-        )
-        _prove_matches(table, doc, base_files)
+    limits = ResourceLimits()
+    with track_resources(limits) as (spill_dir, _stats):
+        counter = _MatchCounter(table, str(docs[0]["where"]), limits, spill_dir)
+        for doc in docs:
+            _verify_result(table, doc, base_files, counter, specs, schema)
+
+
+def _verify_result(
+    table: Table,
+    doc: Mapping[str, Any],
+    base_files: BaseFiles,
+    counter: _MatchCounter,
+    specs: Mapping[int, PartitionSpec],
+    schema: Schema,
+) -> None:
+    """One result: its added files, its removed files and deletes, its rows (see above)."""
+    removed = [data_file_from_json(f, specs, schema) for f in doc["removed_data_files"]]
+    added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]
+    verify_added_files(table, added)
+    check_rows(
+        base_files.check_removed(removed, doc["applied_deletes"]),
+        kept=sum(f.record_count for f in added) - int(doc["inserted_rows"]),
+        by_deletes=int(doc["delete_file_rows"]),
+        by_operation=int(doc["deleted_rows"]),
+        what=f"task {doc['task_id']}",
+    )
+    _prove_matches(doc, base_files, counter)
 
 
 _ROW_AND_BYTE_KEYS = (
