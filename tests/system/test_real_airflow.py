@@ -54,9 +54,15 @@ class Stack:
         self.db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run(
-            [AIRFLOW, *args], env=self.env, capture_output=True, text=True, check=False, timeout=180
-        )
+        for attempt in range(4):
+            done = subprocess.run(
+                [AIRFLOW, *args], env=self.env, capture_output=True, text=True, check=False, timeout=180
+            )
+            # Airflow's own SQLite metadata database, written by the running scheduler too, can be
+            # locked for a moment: the CLI's transaction rolled back, so running it again is safe.
+            if done.returncode == 0 or "database is locked" not in done.stderr or attempt == 3:
+                break
+            time.sleep(2)
         assert done.returncode == 0, f"airflow {' '.join(args)}: {done.stderr[-3000:]}"
         return done.stdout
 
