@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from airflow_provider_iceberg_exec import __version__
@@ -91,7 +91,7 @@ def _plan_args(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _summary(result: dict[str, Any]) -> str:
+def _summary(result: Mapping[str, Any]) -> str:
     keys = (
         "rewritten_data_files_count",
         "added_data_files_count",

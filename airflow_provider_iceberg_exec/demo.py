@@ -12,7 +12,7 @@ import decimal
 import hashlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def _table_report(table: Table) -> dict[str, Any]:
 _DEMO_OPTIONS = {"target-file-size-bytes": str(1 << 20), "min-input-files": "2"}
 
 
-def _compact_with_engine(table: Table, workdir: str, memory_limit: str) -> dict[str, Any]:
+def _compact_with_engine(table: Table, workdir: str, memory_limit: str) -> Mapping[str, Any]:
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits, parse_byte_size
     from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
@@ -129,7 +129,7 @@ def _compact_with_engine(table: Table, workdir: str, memory_limit: str) -> dict[
     return compact(table, options=_DEMO_OPTIONS, limits=limits)
 
 
-def _compact_with_airflow(workdir: str, memory_limit: str, out: Any) -> dict[str, Any]:
+def _compact_with_airflow(workdir: str, memory_limit: str, out: Any) -> Mapping[str, Any]:
     """Run the on-demand example DAG with ``dag.test()`` on a SQLite Airflow metadata DB in ``workdir``."""
     import importlib.util
     import json

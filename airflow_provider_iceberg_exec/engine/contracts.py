@@ -7,7 +7,7 @@ changes. Data files inside are Iceberg REST ``ContentFile`` JSON (:mod:`.datafil
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 
@@ -23,6 +23,13 @@ __all__ = [
     "ORPHAN_SCAN_RESULT",
     "REWRITE_RESULT",
     "REWRITE_TASK",
+    "CommitRecord",
+    "CompactionPlan",
+    "CompactionResult",
+    "PlanSummary",
+    "RewriteResult",
+    "RewriteTask",
+    "SkippedFile",
     "check_envelope",
     "envelope",
 ]
@@ -70,3 +77,114 @@ def check_envelope(doc: Any, schema: str) -> Mapping[str, Any]:
     if found != schema:
         raise DataFileCodecError(f"expected a {schema} document, got schema {found!r}")
     return doc
+
+
+#: an Iceberg REST ``ContentFile`` JSON object (:mod:`.meta.datafile_json`)
+ContentFileJson = dict[str, Any]
+#: a task's input: ``{"data-file", "data-sequence-number", "delete-files"}`` (:mod:`.meta.task_files`)
+TaskFileJson = dict[str, Any]
+
+
+# --- compaction documents (:mod:`.ops.compaction`) ---
+
+
+class SkippedFile(TypedDict):
+    path: str
+    reason: str
+
+
+class RewriteTask(TypedDict):
+    """One file group to rewrite: the input of ``execute_rewrite_task``."""
+
+    schema: str
+    table: str
+    branch: str
+    group_id: str
+    commit_batch: int
+    base_snapshot_id: int
+    base_sequence_number: int | None
+    strategy: str
+    sort_order: str | None
+    options: dict[str, str]
+    output_spec_id: int
+    needs_repartition: bool
+    input_bytes: int
+    data_files: list[TaskFileJson]
+
+
+class CompactionPlan(TypedDict):
+    """What ``plan_compaction`` chose: one task per group, and the commit batches over the groups."""
+
+    schema: str
+    table: str
+    branch: str
+    base_snapshot_id: int | None
+    strategy: str
+    sort_order: str | None
+    where: str | None
+    options: dict[str, str]
+    tasks: list[RewriteTask]
+    skipped: list[SkippedFile]
+    commit_batches: list[list[str]]
+
+
+class RewriteResult(TypedDict):
+    """One rewritten group: its new files, what it read and deleted, and what the execution cost."""
+
+    schema: str
+    table: str
+    branch: str
+    group_id: str
+    commit_batch: int
+    base_snapshot_id: int
+    options: dict[str, str]
+    rewritten_data_files: list[ContentFileJson]
+    added_data_files: list[ContentFileJson]
+    #: per rewritten file path: its data sequence number and each delete file applied to it
+    #: (:func:`.documents.applied_deletes_of`)
+    applied_deletes: dict[str, dict[str, Any]]
+    rewritten_bytes_count: int
+    added_bytes_count: int
+    rewritten_records: int
+    added_records: int
+    deleted_records: int
+    position_deleted_records: int
+    equality_deleted_records: int
+    peak_rss_bytes: int
+    spilled_bytes: int
+    elapsed_seconds: float
+
+
+class CommitRecord(TypedDict):
+    """One snapshot a commit produced (or found already committed)."""
+
+    commit_id: str | None
+    snapshot_id: int | None
+    already_committed: bool
+    commit_batch: NotRequired[int]
+    group_ids: NotRequired[list[str]]
+
+
+class PlanSummary(TypedDict):
+    base_snapshot_id: int | None
+    groups: int
+    skipped: int
+
+
+class CompactionResult(TypedDict):
+    """What ``commit_compaction`` (or ``compact``) committed."""
+
+    schema: str
+    table: str
+    rewritten_data_files_count: int
+    added_data_files_count: int
+    rewritten_bytes_count: int
+    failed_data_files_count: int
+    removed_delete_files_count: int
+    snapshot_ids: list[int]
+    already_committed: bool
+    commits: list[CommitRecord]
+    peak_rss_bytes: int
+    spilled_bytes: int
+    #: only from ``compact``: the plan it made
+    plan: NotRequired[PlanSummary]

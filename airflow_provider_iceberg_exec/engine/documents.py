@@ -265,7 +265,6 @@ def check_rewrite_result(doc: Any) -> Mapping[str, Any]:
     reader.get("options", dict)
     rewritten = reader.files("rewritten_data_files")
     added = reader.files("added_data_files")
-    reader.files("removed_delete_files", content=None)
     if not rewritten:
         raise reader.error("rewritten_data_files", "is empty; a rewrite removes at least one file")
     _check_applied_deletes(reader, rewritten)

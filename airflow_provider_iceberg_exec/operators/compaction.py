@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.contracts import CompactionPlan, CompactionResult, RewriteResult
 
 __all__ = ["CompactionOperator", "CompactionPlanOperator", "CompactionRewriteOperator"]
 
@@ -122,16 +123,14 @@ class CompactionPlanOperator(BaseOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
-        from airflow_provider_iceberg_exec.engine.io.payloads import count_files
         from airflow_provider_iceberg_exec.engine.ops.compaction import plan_compaction
 
-        threshold = _threshold(self.payload_file_threshold)
         resolving = bool(self.only_files_with_equality_deletes)
         with engine_errors():
+            table = self.hook.load_table(self.table)
             options = normalize_options(self.options)
             if resolving:
                 options["rewrite-all"] = "true"  # what the engine's resolve_equality_deletes does
-            table = self.hook.load_table(self.table)
             plan = plan_compaction(
                 table,
                 where=optional_text(self.where),
@@ -141,33 +140,16 @@ class CompactionPlanOperator(BaseOperator):
                 branch=optional_text(self.branch) or "main",
                 only_files_with_equality_deletes=resolving,
             )
-            tasks: list[dict[str, Any]] = list(plan.get("tasks", []))
-            skipped = plan.get("skipped", [])
-            if not tasks:
-                self.log.info(
-                    "Nothing to compact in %s (branch %s, snapshot %s): no file group qualifies%s; "
-                    "%s files skipped",
-                    self.table,
-                    plan.get("branch"),
-                    plan.get("base_snapshot_id"),
-                    " (no data file has equality deletes)" if resolving else "",
-                    len(skipped),
-                )
-                return []
-            files = count_files(tasks)
-            input_bytes = sum(_task_bytes(task) for task in tasks)
-            self.log.info(
-                "Planned %s groups in %s commit batches over %s data files (%s bytes) of %s at snapshot %s; "
-                "%s files skipped",
-                len(tasks),
-                len(plan.get("commit_batches", [])) or 1,
-                files,
-                input_bytes,
-                self.table,
-                plan.get("base_snapshot_id"),
-                len(skipped),
+            _log_plan(self, plan, resolving=resolving)
+            tasks = [dict(task) for task in plan["tasks"]]
+            return stage_task_specs(
+                self,
+                context,
+                table,
+                tasks,
+                threshold=_threshold(self.payload_file_threshold),
+                part_prefix="group-",
             )
-            return stage_task_specs(self, context, table, tasks, threshold=threshold, part_prefix="group-")
 
 
 class BoundedRewriteOperator(BaseOperator):
@@ -211,7 +193,7 @@ class BoundedRewriteOperator(BaseOperator):
         """The catalog hook, built after the templates are rendered."""
         return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
-    def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
+    def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> Mapping[str, Any]:
         """Call the engine on one task spec; return its result document."""
         raise NotImplementedError
 
@@ -223,19 +205,10 @@ class BoundedRewriteOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Execute the task spec and return the result JSON (or a reference to it)."""
-        from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
-        from airflow_provider_iceberg_exec.engine.io.payloads import (
-            is_payload_ref,
-            offload_payload,
-            resolve_payload,
-        )
+        from airflow_provider_iceberg_exec.engine.io.payloads import is_payload_ref, resolve_payload
 
         with engine_errors():
-            if not isinstance(self.task_spec, Mapping):
-                raise DataFileCodecError(
-                    f"task_spec must be one task spec (a JSON object), got {type(self.task_spec).__name__}"
-                )
-            table_name = optional_text(self.table) or str(self.task_spec.get("table") or "")
+            table_name = self._table_name()
             limits = settings.resource_limits(self.memory_limit)
             _warn_pool_slots(self, limits)
             table = self.hook.load_table(table_name)
@@ -243,21 +216,34 @@ class BoundedRewriteOperator(BaseOperator):
             self.log_start(table_name, spec, limits)
             result = self.run_task(table, spec, limits)
             self.log_result(result)
-            out = offload_payload(
-                table.io,
-                table.location(),
-                result,
-                name=payload_name(
-                    context,
-                    task_id=self.task_id,
-                    dag_id=self.dag_id,
-                    part=f"{self.result_name_prefix}{result.get(self.result_name_key)}",
-                ),
-                threshold=_threshold(self.payload_file_threshold),
-            )
+            out = self._offload(context, table, result)
         if is_payload_ref(self.task_spec):
             out["staged_inputs"] = [self.task_spec["uri"]]
         return out
+
+    def _table_name(self) -> str:
+        """The table: the operator's, else the spec's (which must be one JSON object)."""
+        from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+
+        if not isinstance(self.task_spec, Mapping):
+            raise DataFileCodecError(
+                f"task_spec must be one task spec (a JSON object), got {type(self.task_spec).__name__}"
+            )
+        return optional_text(self.table) or str(self.task_spec.get("table") or "")
+
+    def _offload(self, context: Context, table: Table, result: Mapping[str, Any]) -> dict[str, Any]:
+        """The result as it is, or, past ``payload_file_threshold`` files, a reference to a staged copy."""
+        from airflow_provider_iceberg_exec.engine.io.payloads import offload_payload
+
+        name = payload_name(
+            context,
+            task_id=self.task_id,
+            dag_id=self.dag_id,
+            part=f"{self.result_name_prefix}{result[self.result_name_key]}",
+        )
+        return offload_payload(
+            table.io, table.location(), result, name=name, threshold=_threshold(self.payload_file_threshold)
+        )
 
 
 class CompactionRewriteOperator(BoundedRewriteOperator):
@@ -282,7 +268,7 @@ class CompactionRewriteOperator(BoundedRewriteOperator):
 
     ui_color = "#a9d3f5"
 
-    def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
+    def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> RewriteResult:
         """Rewrite the group (engine ``execute_rewrite_task``)."""
         from airflow_provider_iceberg_exec.engine.ops.compaction import execute_rewrite_task
 
@@ -378,7 +364,7 @@ class CompactionOperator(BaseOperator):
         """The catalog hook, built after the templates are rendered."""
         return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> CompactionResult:
         """Plan, rewrite and commit; return the compaction result JSON."""
         commit_id = optional_text(self.commit_id) or commit_id_from_context(
             context, task_id=self.task_id, dag_id=self.dag_id
@@ -404,11 +390,11 @@ class CompactionOperator(BaseOperator):
     #: the log's verb for what :meth:`_run` does
     _doing = "Compacting"
 
-    def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> dict[str, Any]:
+    def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> CompactionResult:
         """The engine call: plan, rewrite and commit."""
         from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
-        result: dict[str, Any] = compact(
+        return compact(
             table,
             where=optional_text(self.where),
             options=normalize_options(self.options),
@@ -418,7 +404,6 @@ class CompactionOperator(BaseOperator):
             limits=limits,
             commit_id=commit_id,
         )
-        return result
 
 
 def stage_task_specs(
@@ -495,19 +480,45 @@ def _warn_pool_slots(operator: BaseOperator, limits: ResourceLimits) -> None:
         )
 
 
+def _log_plan(operator: BaseOperator, plan: CompactionPlan, *, resolving: bool) -> None:
+    """One line on what the plan chose, or why it chose nothing."""
+    tasks, skipped = plan["tasks"], plan["skipped"]
+    if not tasks:
+        operator.log.info(
+            "Nothing to compact in %s (branch %s, snapshot %s): no file group qualifies%s; %s files skipped",
+            plan["table"],
+            plan["branch"],
+            plan["base_snapshot_id"],
+            " (no data file has equality deletes)" if resolving else "",
+            len(skipped),
+        )
+        return
+    operator.log.info(
+        "Planned %s groups in %s commit batches over %s data files (%s bytes) of %s at snapshot %s; "
+        "%s files skipped",
+        len(tasks),
+        len(plan["commit_batches"]) or 1,
+        sum(len(task["data_files"]) for task in tasks),
+        sum(_task_bytes(task) for task in tasks),
+        plan["table"],
+        plan["base_snapshot_id"],
+        len(skipped),
+    )
+
+
 def _log_rewrite(operator: BaseOperator, result: Mapping[str, Any]) -> None:
     operator.log.info(
         "Group %s done: %s data files (%s bytes, %s rows) rewritten into %s files (%s bytes, %s rows); "
-        "%s delete files removed; peak RSS %s bytes, spilled %s bytes, %.1f s",
-        result.get("group_id"),
-        len(result.get("rewritten_data_files", []) or []),
-        result.get("rewritten_bytes_count"),
-        result.get("rewritten_records"),
-        len(result.get("added_data_files", []) or []),
-        result.get("added_bytes_count"),
-        result.get("added_records"),
-        len(result.get("removed_delete_files", []) or []),
-        result.get("peak_rss_bytes"),
-        result.get("spilled_bytes"),
-        float(result.get("elapsed_seconds") or 0.0),
+        "%s rows deleted; peak RSS %s bytes, spilled %s bytes, %.1f s",
+        result["group_id"],
+        len(result["rewritten_data_files"]),
+        result["rewritten_bytes_count"],
+        result["rewritten_records"],
+        len(result["added_data_files"]),
+        result["added_bytes_count"],
+        result["added_records"],
+        result["deleted_records"],
+        result["peak_rss_bytes"],
+        result["spilled_bytes"],
+        result["elapsed_seconds"],
     )

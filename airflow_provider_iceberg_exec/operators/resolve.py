@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.contracts import CompactionResult
 
 __all__ = ["ResolveEqualityDeletesOperator"]
 
@@ -105,11 +106,11 @@ class ResolveEqualityDeletesOperator(CompactionOperator):
             **kwargs,
         )
 
-    def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> dict[str, Any]:
+    def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> CompactionResult:
         """The engine call: resolve the equality deletes and commit."""
         from airflow_provider_iceberg_exec.engine.ops.resolve import resolve_equality_deletes
 
-        result: dict[str, Any] = resolve_equality_deletes(
+        result = resolve_equality_deletes(
             table,
             where=optional_text(self.where),
             options=normalize_options(self.options),
@@ -117,6 +118,6 @@ class ResolveEqualityDeletesOperator(CompactionOperator):
             limits=limits,
             commit_id=commit_id,
         )
-        if not result.get("snapshot_ids") and not result.get("already_committed"):
+        if not result["snapshot_ids"] and not result["already_committed"]:
             self.log.info("Nothing to resolve in %s: no data file has equality deletes", self.table)
         return result

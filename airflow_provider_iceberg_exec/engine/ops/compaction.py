@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, uris_of
@@ -29,7 +30,13 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     COMPACTION_RESULT,
     REWRITE_RESULT,
     REWRITE_TASK,
-    envelope,
+    CommitRecord,
+    CompactionPlan,
+    CompactionResult,
+    PlanSummary,
+    RewriteResult,
+    RewriteTask,
+    SkippedFile,
 )
 from airflow_provider_iceberg_exec.engine.deletes.apply import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.documents import (
@@ -65,19 +72,20 @@ from airflow_provider_iceberg_exec.engine.meta.scan import (
     scan_data_files,
 )
 from airflow_provider_iceberg_exec.engine.meta.task_files import (
-    delete_targets,
     has_equality_deletes,
-    removable_deletes,
     scanned_from_json,
     scanned_to_json,
 )
-from airflow_provider_iceberg_exec.engine.ops.planning import FileCandidate, plan_file_groups
+from airflow_provider_iceberg_exec.engine.ops.planning import FileCandidate, FileGroup, plan_file_groups
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.manifest import DataFile
     from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
 
 __all__ = ["commit_compaction", "compact", "execute_rewrite_task", "plan_compaction"]
 
@@ -93,7 +101,7 @@ def plan_compaction(
     sort_order: str | None = None,
     branch: str = "main",
     only_files_with_equality_deletes: bool = False,
-) -> dict[str, Any]:
+) -> CompactionPlan:
     """Plan a compaction of ``table`` with Spark's ``rewrite_data_files`` semantics.
 
     Files that may hold rows matching ``where`` are candidates; Spark's file and group filters choose
@@ -112,49 +120,32 @@ def plan_compaction(
     """
     refresh_table(table)
     metadata = table.metadata
-    schema = metadata.schema()
     resolved = CompactionOptions.from_options(options, metadata.properties)
     chosen = _strategy(strategy)
     keys = _sort_keys(table, chosen, sort_order)
-    output_spec_id = (
-        resolved.output_spec_id if resolved.output_spec_id is not None else metadata.default_spec_id
-    )
-    if output_spec_id not in metadata.specs():
-        raise ConfigurationError(
-            f"output-spec-id {output_spec_id} is not a partition spec of the table; "
-            f"valid: {sorted(metadata.specs())}"
-        )
-    row_filter = parse_where(where, schema)
+    output_spec_id = _output_spec_id(metadata, resolved)
+    row_filter = parse_where(where, metadata.schema())
     check_branch(metadata, branch, _table_name(table))
     snapshot = table.snapshot_by_name(branch)
-    doc = {
-        "table": _table_name(table),
-        "branch": branch,
-        "base_snapshot_id": snapshot.snapshot_id if snapshot else None,
-        "strategy": chosen.value,
-        "sort_order": ", ".join(k.to_text() for k in keys) if keys else None,
-        "where": where,
-        "options": resolved.to_options(),
-    }
+    plan = CompactionPlan(
+        schema=COMPACTION_PLAN,
+        table=_table_name(table),
+        branch=branch,
+        base_snapshot_id=snapshot.snapshot_id if snapshot else None,
+        strategy=chosen.value,
+        sort_order=", ".join(k.to_text() for k in keys) if keys else None,
+        where=where,
+        options=resolved.to_options(),
+        tasks=[],
+        skipped=[],
+        commit_batches=[],
+    )
     if snapshot is None:
-        log.info("table %s has no snapshot on branch %s: nothing to compact", doc["table"], branch)
-        return envelope(COMPACTION_PLAN, {**doc, "tasks": [], "skipped": [], "commit_batches": []})
-
-    scanned = scan_data_files(table, snapshot, row_filter)
+        log.info("table %s has no snapshot on branch %s: nothing to compact", plan["table"], branch)
+        return plan
     candidates = [
-        FileCandidate(
-            path=f.data_file.file_path,
-            size_bytes=f.data_file.file_size_in_bytes,
-            record_count=f.data_file.record_count,
-            spec_id=f.data_file.spec_id,
-            partition=tuple(f.data_file.partition[i] for i in range(len(f.data_file.partition))),
-            delete_file_count=len(f.delete_files),
-            file_scoped_deleted_records=sum(
-                d.data_file.record_count for d in f.delete_files if is_file_scoped(d.data_file)
-            ),
-            handle=f,
-        )
-        for f in scanned
+        _candidate(f)
+        for f in scan_data_files(table, snapshot, row_filter)
         if not only_files_with_equality_deletes or has_equality_deletes(f)
     ]
     outcome = plan_file_groups(
@@ -164,65 +155,84 @@ def plan_compaction(
         output_spec_id=output_spec_id,
         apply_deletes=True,
     )
-    # Which live data files each delete file applies to, over the whole table (not only `where`).
-    everything = (
-        scanned
-        if row_filter == parse_where(None, schema)
-        else scan_data_files(table, snapshot, row_filter=parse_where(None, schema))
-    )
-    applies_to = delete_targets(everything)
     for path, reason in outcome.skipped:
         log.warning("left out %s: %s", path, reason)
     batch_of = {gid: number for number, batch in enumerate(outcome.commit_batches) for gid in batch}
-    specs = metadata.specs()
-    tasks = []
-    for group in outcome.groups:
-        files = [candidate.handle for candidate in group.files]
-        tasks.append(
-            envelope(
-                REWRITE_TASK,
-                {
-                    "table": doc["table"],
-                    "branch": branch,
-                    "group_id": group.group_id,
-                    "commit_batch": batch_of[group.group_id],
-                    "base_snapshot_id": snapshot.snapshot_id,
-                    "base_sequence_number": snapshot.sequence_number,
-                    "strategy": chosen.value,
-                    "sort_order": doc["sort_order"],
-                    "options": doc["options"],
-                    "output_spec_id": output_spec_id,
-                    "needs_repartition": group.needs_repartition,
-                    "input_bytes": group.input_bytes,
-                    "data_files": [
-                        scanned_to_json(f, specs, schema) for f in files if isinstance(f, ScannedFile)
-                    ],
-                    "removed_delete_files": removable_deletes(
-                        [f for f in files if isinstance(f, ScannedFile)], applies_to, specs, schema
-                    ),
-                },
-            )
-        )
+    plan["tasks"] = [
+        _rewrite_task(plan, group, batch_of[group.group_id], snapshot, output_spec_id, metadata)
+        for group in outcome.groups
+    ]
+    plan["skipped"] = [SkippedFile(path=p, reason=r) for p, r in outcome.skipped]
+    plan["commit_batches"] = [list(b) for b in outcome.commit_batches]
     log.info(
         "planned %d group(s) over %d of %d candidate file(s) of %s at snapshot %s",
-        len(tasks),
+        len(plan["tasks"]),
         sum(len(g.files) for g in outcome.groups),
         len(candidates),
-        doc["table"],
+        plan["table"],
         snapshot.snapshot_id,
     )
-    return envelope(
-        COMPACTION_PLAN,
-        {
-            **doc,
-            "tasks": tasks,
-            "skipped": [{"path": p, "reason": r} for p, r in outcome.skipped],
-            "commit_batches": [list(b) for b in outcome.commit_batches],
-        },
+    return plan
+
+
+def _output_spec_id(metadata: TableMetadata, resolved: CompactionOptions) -> int:
+    """The partition spec the output is written in: ``output-spec-id``, by default the table's."""
+    spec_id = resolved.output_spec_id if resolved.output_spec_id is not None else metadata.default_spec_id
+    if spec_id not in metadata.specs():
+        valid = sorted(metadata.specs())
+        raise ConfigurationError(f"output-spec-id {spec_id} is not a partition spec; valid: {valid}")
+    return spec_id
+
+
+def _candidate(scanned: ScannedFile) -> FileCandidate:
+    """What the file and group filters need to know about one live data file."""
+    data_file = scanned.data_file
+    return FileCandidate(
+        path=data_file.file_path,
+        size_bytes=data_file.file_size_in_bytes,
+        record_count=data_file.record_count,
+        spec_id=data_file.spec_id,
+        partition=tuple(data_file.partition[i] for i in range(len(data_file.partition))),
+        delete_file_count=len(scanned.delete_files),
+        file_scoped_deleted_records=sum(
+            d.data_file.record_count for d in scanned.delete_files if is_file_scoped(d.data_file)
+        ),
+        handle=scanned,
     )
 
 
-def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
+def _rewrite_task(
+    plan: CompactionPlan,
+    group: FileGroup,
+    commit_batch: int,
+    snapshot: Snapshot,
+    output_spec_id: int,
+    metadata: TableMetadata,
+) -> RewriteTask:
+    """The task of one planned group. Which delete files the commit drops is decided at commit time,
+    on the head it commits on, so the task carries only its inputs and the deletes that apply to them."""
+    specs, schema = metadata.specs(), metadata.schema()
+    return RewriteTask(
+        schema=REWRITE_TASK,
+        table=plan["table"],
+        branch=plan["branch"],
+        group_id=group.group_id,
+        commit_batch=commit_batch,
+        base_snapshot_id=snapshot.snapshot_id,
+        base_sequence_number=snapshot.sequence_number,
+        strategy=plan["strategy"],
+        sort_order=plan["sort_order"],
+        options=plan["options"],
+        output_spec_id=output_spec_id,
+        needs_repartition=group.needs_repartition,
+        input_bytes=group.input_bytes,
+        data_files=[
+            scanned_to_json(c.handle, specs, schema) for c in group.files if isinstance(c.handle, ScannedFile)
+        ],
+    )
+
+
+def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) -> RewriteResult:
     """Rewrite one file group in a bounded execution and return its result document.
 
     Rows are streamed: read file by file, sorted by DataFusion (spilling) when the strategy is ``sort`` or
@@ -237,74 +247,27 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
     check_rewrite_task(task)
     metadata = table.metadata
     check_base_snapshot(metadata, task["base_snapshot_id"])
-    schema = metadata.schema()
-    specs = metadata.specs()
-    output_spec_id = int(task["output_spec_id"])
-    if output_spec_id not in specs:
-        raise ConfigurationError(f"task output spec {output_spec_id} is not a partition spec of the table")
-    output_spec = specs[output_spec_id]
+    schema, specs = metadata.schema(), metadata.specs()
+    layout = _OutputLayout.of(task, metadata)
     entries = task["data_files"]
-    scanned_inputs = [scanned_from_json(e, specs, schema) for e in entries]
-    inputs = [f.data_file for f in scanned_inputs]
-    delete_stats = DeleteStats()
-    options = CompactionOptions.from_options(task.get("options"))
-    strategy = _strategy(str(task.get("strategy", "binpack")))
-    keys = parse_sort_order(task["sort_order"], schema) if task.get("sort_order") else ()
-    # Rows moving to another spec are clustered by their new partition; an unpartitioned output has one.
-    needs_order = strategy is Strategy.SORT or (
-        bool(task.get("needs_repartition")) and not output_spec.is_unpartitioned()
-    )
-    sort_order_id = None
-    if strategy is Strategy.SORT:
-        # TableMetadata has no sort_orders_by_id(): build the id -> order map from its list.
-        orders = {order.order_id: order for order in metadata.sort_orders}
-        sort_order_id = match_table_sort_order(keys, orders, schema)
-        if sort_order_id is None:
-            log.warning(
-                "sort order %r is not one of the table's orders: files are stamped unsorted",
-                task["sort_order"],
-            )
-            sort_order_id = 0
-    from pyiceberg.table.locations import load_location_provider
-
+    inputs = [scanned_from_json(e, specs, schema) for e in entries]
     group_id = str(task["group_id"])
-    expected_rows = sum(f.record_count for f in inputs)
+    expected_rows = sum(f.data_file.record_count for f in inputs)
+    deletes = DeleteStats()
     with track_resources(limits) as (spill_dir, stats):
-        writer = RollingDataFileWriter(
-            io=table.io,
-            location_provider=load_location_provider(metadata.location, metadata.properties),
-            schema=schema,
-            spec=output_spec,
-            properties=metadata.properties,
-            target_file_size_bytes=options.target_file_size_bytes,
-            buffer_bytes=limits.writer_buffer_bytes,
-            sort_order_id=sort_order_id,
-            file_prefix=group_id,
-        )
+        writer = _writer(table, layout, limits, group_id)
         # Every delete file that applies is applied: the rewrite keeps exactly the live rows. They are
         # read on a second thread while this one writes (decoding and encoding both release the GIL).
         live = read_ahead(
             iter_live_group_batches(
-                table.io, metadata, scanned_inputs, limits=limits, spill_dir=spill_dir, stats=delete_stats
+                table.io, metadata, inputs, limits=limits, spill_dir=spill_dir, stats=deletes
             ),
             depth=READ_AHEAD_BATCHES,
             max_bytes=READ_AHEAD_BYTES,
         )
         try:
-            batches: Iterator[pa.RecordBatch] = live
-            if needs_order:
-                batches = sort_for_output(batches, keys, output_spec, schema, limits, spill_dir)
-            splitter = PartitionSplitter(output_spec, schema)
-            for batch in batches:
-                for partition_key, run in splitter.split(batch):
-                    writer.write(partition_key, run)
-            added = writer.close()
-            live_rows = delete_stats.rows_read - delete_stats.rows_deleted
-            if delete_stats.rows_read != expected_rows or writer.rows_written != live_rows:
-                raise IcebergExecError(
-                    f"group {group_id} read {delete_stats.rows_read} of {expected_rows} rows, deleted "
-                    f"{delete_stats.rows_deleted}, but wrote {writer.rows_written}; nothing committed"
-                )
+            added = _write_rows(live, writer, layout, schema, limits, spill_dir)
+            _check_rows_conserved(group_id, expected_rows, deletes, writer.rows_written)
         except BaseException as err:
             live.close()
             writer.abort()
@@ -314,48 +277,136 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
             raise mapped from err
         finally:
             live.close()
+    rewritten_bytes = sum(f.data_file.file_size_in_bytes for f in inputs)
     added_bytes = sum(f.file_size_in_bytes for f in added)
     log.info(
         "group %s: %d file(s), %d bytes -> %d file(s), %d bytes, %d rows; peak RSS %d MiB, spilled %d MiB",
         group_id,
         len(inputs),
-        sum(f.file_size_in_bytes for f in inputs),
+        rewritten_bytes,
         len(added),
         added_bytes,
         writer.rows_written,
         stats.peak_rss_bytes >> 20,
         stats.spilled_bytes >> 20,
     )
-    return envelope(
-        REWRITE_RESULT,
-        {
-            "table": task["table"],
-            "branch": task.get("branch", "main"),
-            "group_id": group_id,
-            "commit_batch": task.get("commit_batch", 0),
-            "base_snapshot_id": task["base_snapshot_id"],
-            "options": task.get("options", {}),
-            "rewritten_data_files": [e["data-file"] for e in entries],
-            "added_data_files": [data_file_to_json(f, output_spec, schema) for f in added],
-            "removed_delete_files": list(task.get("removed_delete_files", [])),
-            "applied_deletes": {str(e["data-file"]["file-path"]): applied_deletes_of(e) for e in entries},
-            "rewritten_bytes_count": sum(f.file_size_in_bytes for f in inputs),
-            "added_bytes_count": added_bytes,
-            "rewritten_records": expected_rows,
-            "added_records": writer.rows_written,
-            "deleted_records": delete_stats.rows_deleted,
-            "position_deleted_records": delete_stats.position_deleted,
-            "equality_deleted_records": delete_stats.equality_deleted,
-            "peak_rss_bytes": stats.peak_rss_bytes,
-            "spilled_bytes": stats.spilled_bytes,
-            "elapsed_seconds": round(stats.elapsed_seconds, 3),
-        },
+    return RewriteResult(
+        schema=REWRITE_RESULT,
+        table=task["table"],
+        branch=task.get("branch", "main"),
+        group_id=group_id,
+        commit_batch=task.get("commit_batch", 0),
+        base_snapshot_id=task["base_snapshot_id"],
+        options=task.get("options", {}),
+        rewritten_data_files=[e["data-file"] for e in entries],
+        added_data_files=[data_file_to_json(f, layout.spec, schema) for f in added],
+        applied_deletes={str(e["data-file"]["file-path"]): applied_deletes_of(e) for e in entries},
+        rewritten_bytes_count=rewritten_bytes,
+        added_bytes_count=added_bytes,
+        rewritten_records=expected_rows,
+        added_records=writer.rows_written,
+        deleted_records=deletes.rows_deleted,
+        position_deleted_records=deletes.position_deleted,
+        equality_deleted_records=deletes.equality_deleted,
+        peak_rss_bytes=stats.peak_rss_bytes,
+        spilled_bytes=stats.spilled_bytes,
+        elapsed_seconds=round(stats.elapsed_seconds, 3),
     )
+
+
+@dataclass(frozen=True)
+class _OutputLayout:
+    """How a task's output is laid out: its spec, target size, and the order its rows are written in."""
+
+    spec: PartitionSpec
+    target_file_size_bytes: int
+    keys: tuple[SortKey, ...]
+    #: sort the rows before writing: a ``sort`` strategy, or rows moving to another partitioned spec
+    needs_order: bool
+    #: the sort order id the files are stamped with; ``None`` for binpack
+    sort_order_id: int | None
+
+    @classmethod
+    def of(cls, task: Mapping[str, Any], metadata: TableMetadata) -> _OutputLayout:
+        specs, schema = metadata.specs(), metadata.schema()
+        output_spec_id = int(task["output_spec_id"])
+        if output_spec_id not in specs:
+            raise ConfigurationError(
+                f"task output spec {output_spec_id} is not a partition spec of the table"
+            )
+        spec = specs[output_spec_id]
+        strategy = _strategy(str(task.get("strategy", "binpack")))
+        keys = parse_sort_order(task["sort_order"], schema) if task.get("sort_order") else ()
+        # Rows moving to another spec are clustered by their new partition; an unpartitioned output has one.
+        needs_order = strategy is Strategy.SORT or (
+            bool(task.get("needs_repartition")) and not spec.is_unpartitioned()
+        )
+        sort_order_id = None
+        if strategy is Strategy.SORT:
+            # TableMetadata has no sort_orders_by_id(): build the id -> order map from its list.
+            orders = {order.order_id: order for order in metadata.sort_orders}
+            sort_order_id = match_table_sort_order(keys, orders, schema)
+            if sort_order_id is None:
+                log.warning(
+                    "sort order %r is not one of the table's orders: files are stamped unsorted",
+                    task["sort_order"],
+                )
+                sort_order_id = 0
+        target = CompactionOptions.from_options(task.get("options")).target_file_size_bytes
+        return cls(spec, target, keys, needs_order, sort_order_id)
+
+
+def _writer(
+    table: Table, layout: _OutputLayout, limits: ResourceLimits, group_id: str
+) -> RollingDataFileWriter:
+    from pyiceberg.table.locations import load_location_provider
+
+    metadata = table.metadata
+    return RollingDataFileWriter(
+        io=table.io,
+        location_provider=load_location_provider(metadata.location, metadata.properties),
+        schema=metadata.schema(),
+        spec=layout.spec,
+        properties=metadata.properties,
+        target_file_size_bytes=layout.target_file_size_bytes,
+        buffer_bytes=limits.writer_buffer_bytes,
+        sort_order_id=layout.sort_order_id,
+        file_prefix=group_id,
+    )
+
+
+def _write_rows(
+    live: Iterator[pa.RecordBatch],
+    writer: RollingDataFileWriter,
+    layout: _OutputLayout,
+    schema: Schema,
+    limits: ResourceLimits,
+    spill_dir: str,
+) -> list[DataFile]:
+    """Sort the live rows when the layout needs it, split them by output partition, write, close."""
+    batches = live
+    if layout.needs_order:
+        batches = sort_for_output(batches, layout.keys, layout.spec, schema, limits, spill_dir)
+    splitter = PartitionSplitter(layout.spec, schema)
+    for batch in batches:
+        for partition_key, run in splitter.split(batch):
+            writer.write(partition_key, run)
+    return writer.close()
+
+
+def _check_rows_conserved(group_id: str, expected_rows: int, deletes: DeleteStats, written: int) -> None:
+    """Every input row was read, and every row the deletes did not remove was written."""
+    live_rows = deletes.rows_read - deletes.rows_deleted
+    if deletes.rows_read != expected_rows or written != live_rows:
+        raise IcebergExecError(
+            f"group {group_id} read {deletes.rows_read} of {expected_rows} rows, deleted "
+            f"{deletes.rows_deleted}, but wrote {written}; nothing committed"
+        )
 
 
 def commit_compaction(
     table: Table, results: Sequence[Mapping[str, Any]], *, commit_id: str, failed_data_files_count: int = 0
-) -> dict[str, Any]:
+) -> CompactionResult:
     """Commit rewrite results as ``replace`` snapshots, one per commit batch, idempotently.
 
     Each batch commits with id ``<commit_id>`` (or ``<commit_id>.<batch>`` when there are several), so a
@@ -369,30 +420,24 @@ def commit_compaction(
     :raises CommitStateUnknownError: when the catalog's answer is unknown.
     """
     docs = [check_rewrite_result(r) for r in results]
-    summary: dict[str, Any] = {
-        "table": _table_name(table),
-        "rewritten_data_files_count": 0,
-        "added_data_files_count": 0,
-        "rewritten_bytes_count": 0,
-        "failed_data_files_count": failed_data_files_count,
-        "removed_delete_files_count": 0,
-        "snapshot_ids": [],
-        "already_committed": False,
-        "commits": [],
-        "peak_rss_bytes": max((int(d.get("peak_rss_bytes", 0)) for d in docs), default=0),
-        "spilled_bytes": sum(int(d.get("spilled_bytes", 0)) for d in docs),
-    }
+    summary = CompactionResult(
+        schema=COMPACTION_RESULT,
+        table=_table_name(table),
+        rewritten_data_files_count=0,
+        added_data_files_count=0,
+        rewritten_bytes_count=0,
+        failed_data_files_count=failed_data_files_count,
+        removed_delete_files_count=0,
+        snapshot_ids=[],
+        already_committed=False,
+        commits=[],
+        peak_rss_bytes=max((int(d.get("peak_rss_bytes", 0)) for d in docs), default=0),
+        spilled_bytes=sum(int(d.get("spilled_bytes", 0)) for d in docs),
+    )
     if not docs:
         log.info("nothing to commit for %s", summary["table"])
-        return envelope(COMPACTION_RESULT, summary)
-    bases = {(d["table"], d["base_snapshot_id"], d["branch"]) for d in docs}
-    if len(bases) != 1:
-        raise ConfigurationError(
-            f"results come from different plans {sorted(map(str, bases))}; commit each plan alone"
-        )
-    (name, base_snapshot_id, branch) = bases.pop()
-    if name != summary["table"]:
-        raise ConfigurationError(f"the results are for table {name}, not {summary['table']}")
+        return summary
+    base_snapshot_id, branch = _common_base(docs, summary["table"])
     _check_groups_once(docs)
     options = CompactionOptions.from_options(docs[0].get("options"))
     batches: dict[int, list[Mapping[str, Any]]] = {}
@@ -400,8 +445,6 @@ def commit_compaction(
         batches.setdefault(int(doc["commit_batch"]), []).append(doc)
     refresh_table(table)
     check_branch(table.metadata, branch, _table_name(table))
-    schema = table.metadata.schema()
-    specs = table.metadata.specs()
     # What the results claim is proven before any batch is committed: a bad claim refuses the whole call
     # and deletes nothing (the document cannot say what is safe to delete). Batches that already landed
     # (a retry) are not proven again: their base may have expired since.
@@ -412,69 +455,101 @@ def commit_compaction(
         for doc in batch
     ]
     if pending:
-        _verify_batch(table, BaseFiles(table, int(base_snapshot_id)), pending, specs, schema)
+        _verify_batch(table, BaseFiles(table, base_snapshot_id), pending)
     failed_commits = 0
-    all_already = True
     for number, batch in sorted(batches.items()):
-        rewritten = [data_file_from_json(f, specs, schema) for d in batch for f in d["rewritten_data_files"]]
-        added = [data_file_from_json(f, specs, schema) for d in batch for f in d["added_data_files"]]
-        # The deletes to drop are decided by the commit, on the branch head it commits on (on every
-        # retry): those the rewrite left dangling (the tasks' removed_delete_files are among them unless
-        # a concurrent commit made them apply again) and, with remove-dangling-deletes, every other one.
-        dangling = DanglingDeletes.ALL if options.remove_dangling_deletes else DanglingDeletes.REWRITTEN
         batch_id = _batch_id(commit_id, number, len(batches))
         try:
-            outcome = commit_rewrite(
-                table,
-                base_snapshot_id=int(base_snapshot_id),
-                rewritten_data_files=rewritten,
-                added_data_files=added,
-                commit_id=batch_id,
-                use_starting_sequence_number=options.use_starting_sequence_number,
-                branch=branch,
-                dangling_deletes=dangling,
-            )
-        except (ConfigurationError, CommitValidationError) as err:
-            # E.g. a format-version 3 table, or files gone meanwhile: nothing was committed, and the
-            # validation fails again on any retry, so the new files are never committed. Only those the
-            # table does not reference are removed (a rerun's files may be live through another commit).
-            delete_unreferenced(table, [f.file_path for f in added], what=f"uncommitted output of {batch_id}")
-            if isinstance(err, ConfigurationError) or not options.partial_progress_enabled:
+            _commit_batch(table, batch, batch_id, number, base_snapshot_id, branch, options, summary)
+        except CommitValidationError as err:
+            if not options.partial_progress_enabled:
                 raise
             failed_commits += 1
-            summary["failed_data_files_count"] += len(rewritten)
+            summary["failed_data_files_count"] += sum(len(d["rewritten_data_files"]) for d in batch)
             log.warning("commit batch %d failed validation: %s", number, err)
             if failed_commits > options.max_failed_commits:
                 raise CommitValidationError(
                     f"{failed_commits} commit batches failed, more than partial-progress.max-failed-commits="
                     f"{options.max_failed_commits}; last: {err}"
                 ) from err
-            continue
-        all_already = all_already and outcome.already_committed
-        summary["rewritten_data_files_count"] += len(rewritten)
-        summary["added_data_files_count"] += len(added)
-        summary["removed_delete_files_count"] += int(outcome.summary.get("removed-delete-files", "0"))
-        summary["rewritten_bytes_count"] += sum(f.file_size_in_bytes for f in rewritten)
-        summary["snapshot_ids"].append(outcome.snapshot_id)
-        summary["commits"].append(
-            {
-                "commit_batch": number,
-                "commit_id": batch_id,
-                "snapshot_id": outcome.snapshot_id,
-                "already_committed": outcome.already_committed,
-                "group_ids": [d["group_id"] for d in batch],
-            }
+    commits = summary["commits"]
+    summary["already_committed"] = bool(commits) and all(c["already_committed"] for c in commits)
+    return summary
+
+
+def _common_base(docs: Sequence[Mapping[str, Any]], table_name: str) -> tuple[int, str]:
+    """The one base snapshot and branch all results were planned on."""
+    bases = {(d["table"], d["base_snapshot_id"], d["branch"]) for d in docs}
+    if len(bases) != 1:
+        raise ConfigurationError(
+            f"results come from different plans {sorted(map(str, bases))}; commit each plan alone"
         )
-        log.info(
-            "commit batch %d: snapshot %s%s (%d files -> %d files)",
-            number,
-            outcome.snapshot_id,
-            " (already committed)" if outcome.already_committed else "",
-            len(rewritten),
-            len(added),
+    (name, base_snapshot_id, branch) = bases.pop()
+    if name != table_name:
+        raise ConfigurationError(f"the results are for table {name}, not {table_name}")
+    return int(base_snapshot_id), str(branch)
+
+
+def _commit_batch(
+    table: Table,
+    batch: Sequence[Mapping[str, Any]],
+    batch_id: str,
+    number: int,
+    base_snapshot_id: int,
+    branch: str,
+    options: CompactionOptions,
+    summary: CompactionResult,
+) -> None:
+    """Commit one batch as a ``replace`` snapshot and add it to ``summary``.
+
+    On a validation failure its new files are removed, those the table does not reference (a rerun's files
+    may be live through another commit), and the error is raised: nothing was committed, and the same
+    validation fails on any retry, so the files could never be committed.
+    """
+    specs, schema = table.metadata.specs(), table.metadata.schema()
+    rewritten = [data_file_from_json(f, specs, schema) for d in batch for f in d["rewritten_data_files"]]
+    added = [data_file_from_json(f, specs, schema) for d in batch for f in d["added_data_files"]]
+    # The deletes to drop are decided by the commit, on the branch head it commits on (on every retry):
+    # those the rewrite left dangling, unless a concurrent commit made them apply again, and, with
+    # remove-dangling-deletes, every other one.
+    dangling = DanglingDeletes.ALL if options.remove_dangling_deletes else DanglingDeletes.REWRITTEN
+    try:
+        outcome = commit_rewrite(
+            table,
+            base_snapshot_id=base_snapshot_id,
+            rewritten_data_files=rewritten,
+            added_data_files=added,
+            commit_id=batch_id,
+            use_starting_sequence_number=options.use_starting_sequence_number,
+            branch=branch,
+            dangling_deletes=dangling,
         )
-    summary["already_committed"] = bool(summary["commits"]) and all_already
-    return envelope(COMPACTION_RESULT, summary)
+    except (ConfigurationError, CommitValidationError):
+        # E.g. a format-version 3 table, or files gone meanwhile.
+        delete_unreferenced(table, [f.file_path for f in added], what=f"uncommitted output of {batch_id}")
+        raise
+    summary["rewritten_data_files_count"] += len(rewritten)
+    summary["added_data_files_count"] += len(added)
+    summary["removed_delete_files_count"] += int(outcome.summary.get("removed-delete-files", "0"))
+    summary["rewritten_bytes_count"] += sum(f.file_size_in_bytes for f in rewritten)
+    summary["snapshot_ids"].append(outcome.snapshot_id)
+    summary["commits"].append(
+        CommitRecord(
+            commit_batch=number,
+            commit_id=batch_id,
+            snapshot_id=outcome.snapshot_id,
+            already_committed=outcome.already_committed,
+            group_ids=[str(d["group_id"]) for d in batch],
+        )
+    )
+    log.info(
+        "commit batch %d: snapshot %s%s (%d files -> %d files)",
+        number,
+        outcome.snapshot_id,
+        " (already committed)" if outcome.already_committed else "",
+        len(rewritten),
+        len(added),
+    )
 
 
 def compact(
@@ -488,7 +563,7 @@ def compact(
     limits: ResourceLimits | None = None,
     commit_id: str | None = None,
     only_files_with_equality_deletes: bool = False,
-) -> dict[str, Any]:
+) -> CompactionResult:
     """Plan, rewrite every group and commit: Spark's ``rewrite_data_files`` in one call.
 
     Groups run one after another, each bounded by ``limits``. Without partial progress a failing group
@@ -511,7 +586,7 @@ def compact(
         only_files_with_equality_deletes=only_files_with_equality_deletes,
     )
     resolved = CompactionOptions.from_options(plan["options"])
-    results: list[dict[str, Any]] = []
+    results: list[RewriteResult] = []
     failed_files = 0
     try:
         for number, task in enumerate(plan["tasks"], start=1):
@@ -539,15 +614,13 @@ def compact(
         written = [uri for done in results for uri in uris_of(done["added_data_files"])]
         delete_unreferenced(table, written, what="output of a failed compaction")
         raise
-    outcome["plan"] = {
-        "base_snapshot_id": plan["base_snapshot_id"],
-        "groups": len(plan["tasks"]),
-        "skipped": len(plan["skipped"]),
-    }
+    outcome["plan"] = PlanSummary(
+        base_snapshot_id=plan["base_snapshot_id"], groups=len(plan["tasks"]), skipped=len(plan["skipped"])
+    )
     return outcome
 
 
-def _landed_result(table: Table, branch: str, commit_id: str) -> dict[str, Any] | None:
+def _landed_result(table: Table, branch: str, commit_id: str) -> CompactionResult | None:
     """The compaction result of the snapshots on ``branch`` that carry ``commit_id`` (or its batch ids).
 
     Counts come from the snapshot summaries; ``rewritten_bytes_count`` is their ``removed-files-size``,
@@ -562,30 +635,26 @@ def _landed_result(table: Table, branch: str, commit_id: str) -> dict[str, Any] 
         return sum(int(s.summary.additional_properties.get(key, "0")) for s in landed if s.summary)
 
     log.info("commit id %s already landed on %s: %d snapshot(s)", commit_id, branch, len(landed))
-    return envelope(
-        COMPACTION_RESULT,
-        {
-            "table": _table_name(table),
-            "rewritten_data_files_count": total("deleted-data-files"),
-            "added_data_files_count": total("added-data-files"),
-            "rewritten_bytes_count": total("removed-files-size"),
-            "failed_data_files_count": 0,
-            "removed_delete_files_count": total("removed-delete-files"),
-            "snapshot_ids": [s.snapshot_id for s in landed],
-            "already_committed": True,
-            "commits": [
-                {
-                    "commit_id": s.summary.additional_properties.get(COMMIT_ID_PROPERTY)
-                    if s.summary
-                    else None,
-                    "snapshot_id": s.snapshot_id,
-                    "already_committed": True,
-                }
-                for s in landed
-            ],
-            "peak_rss_bytes": 0,
-            "spilled_bytes": 0,
-        },
+    return CompactionResult(
+        schema=COMPACTION_RESULT,
+        table=_table_name(table),
+        rewritten_data_files_count=total("deleted-data-files"),
+        added_data_files_count=total("added-data-files"),
+        rewritten_bytes_count=total("removed-files-size"),
+        failed_data_files_count=0,
+        removed_delete_files_count=total("removed-delete-files"),
+        snapshot_ids=[s.snapshot_id for s in landed],
+        already_committed=True,
+        commits=[
+            CommitRecord(
+                commit_id=s.summary.additional_properties.get(COMMIT_ID_PROPERTY) if s.summary else None,
+                snapshot_id=s.snapshot_id,
+                already_committed=True,
+            )
+            for s in landed
+        ],
+        peak_rss_bytes=0,
+        spilled_bytes=0,
     )
 
 
@@ -616,14 +685,9 @@ def _table_name(table: Table) -> str:
     return ".".join(table.name())
 
 
-def _verify_batch(
-    table: Table,
-    base_files: BaseFiles,
-    batch: Sequence[Mapping[str, Any]],
-    specs: Mapping[int, PartitionSpec],
-    schema: Schema,
-) -> None:
+def _verify_batch(table: Table, base_files: BaseFiles, batch: Sequence[Mapping[str, Any]]) -> None:
     """Prove each result of a commit batch against the base snapshot and the storage, rows included."""
+    specs, schema = table.metadata.specs(), table.metadata.schema()
     for doc in batch:
         rewritten = [data_file_from_json(f, specs, schema) for f in doc["rewritten_data_files"]]
         added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]

@@ -7,7 +7,7 @@ readers without equality-delete support (PyIceberg 0.12) can read the table.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.contracts import CompactionResult
 
 __all__ = ["resolve_equality_deletes"]
 
@@ -27,7 +28,7 @@ def resolve_equality_deletes(
     commit_id: str | None = None,
     branch: str = "main",
     options: dict[str, str] | None = None,
-) -> dict[str, Any]:
+) -> CompactionResult:
     """Rewrite every data file that an equality delete applies to and commit ``replace``.
 
     Every such file is rewritten (``rewrite-all``), grouped by partition, each group in one bounded

@@ -18,3 +18,20 @@ def connection_json(tmp_path, **extra) -> str:
             "extra": {"catalog_name": "demo", **extra},
         }
     )
+
+
+def plan_of(tasks: list[dict]) -> dict:
+    """A compaction plan document holding ``tasks``, as the engine's planner returns it."""
+    return {
+        "schema": "iceberg-exec/compaction-plan@1",
+        "table": TABLE,
+        "branch": "main",
+        "base_snapshot_id": 1,
+        "strategy": "binpack",
+        "sort_order": None,
+        "where": None,
+        "options": {},
+        "tasks": tasks,
+        "skipped": [],
+        "commit_batches": [[t["group_id"] for t in tasks]] if tasks else [],
+    }

@@ -18,7 +18,7 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_provider_iceberg_exec.engine.ops.results import PlannedTask, decide_commit, planned_tasks
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.compaction import CompactionPlanOperator
-from tests.unit.airflow_layer.support import ENGINE_COMPACTION, TABLE
+from tests.unit.airflow_layer.support import ENGINE_COMPACTION, TABLE, plan_of
 
 COMMIT = f"{ENGINE_COMPACTION}.commit_compaction"
 PLAN = f"{ENGINE_COMPACTION}.plan_compaction"
@@ -301,7 +301,7 @@ def test_every_rewrite_failed_fails_the_commit_and_removes_the_staged_specs(
 ):
     """The plan succeeded, so the trigger rule runs the commit; it must fail the run, leaving nothing."""
     monkeypatch.setattr(COMMIT, _must_not_commit, raising=False)
-    monkeypatch.setattr(PLAN, lambda table, **kw: {"tasks": [_spec(0, 2), _spec(1, 2)]}, raising=False)
+    monkeypatch.setattr(PLAN, lambda table, **kw: plan_of([_spec(0, 2), _spec(1, 2)]), raising=False)
     planned = CompactionPlanOperator(task_id="plan", table=TABLE, payload_file_threshold=1).execute(
         _context()
     )
@@ -316,7 +316,7 @@ def test_every_rewrite_failed_fails_the_commit_and_removes_the_staged_specs(
 def test_staged_specs_carry_the_ids_and_data_file_counts_the_commit_reads(
     engine_compaction, sqlite_table, monkeypatch
 ):
-    monkeypatch.setattr(PLAN, lambda table, **kw: {"tasks": [_spec(0, 2), _spec(1, 3)]}, raising=False)
+    monkeypatch.setattr(PLAN, lambda table, **kw: plan_of([_spec(0, 2), _spec(1, 3)]), raising=False)
     refs = CompactionPlanOperator(task_id="plan", table=TABLE, payload_file_threshold=1).execute(_context())
     assert [(r["group_id"], r["data_files_count"]) for r in refs] == [(0, 2), (1, 3)]
     assert [t.task_id for t in planned_tasks(refs) or []] == ["0", "1"]
@@ -327,7 +327,7 @@ def test_a_staged_spec_of_a_failed_group_is_removed_after_a_partial_commit(
 ):
     monkeypatch.setattr(COMMIT, _recording_commit(), raising=False)
     specs = [_spec(0, 2, options=PARTIAL), _spec(1, 2, options=PARTIAL)]
-    monkeypatch.setattr(PLAN, lambda table, **kw: {"tasks": specs}, raising=False)
+    monkeypatch.setattr(PLAN, lambda table, **kw: plan_of(specs), raising=False)
     refs = CompactionPlanOperator(task_id="plan", table=TABLE, payload_file_threshold=1).execute(_context())
     CommitOperator(task_id="commit", results=[_result(specs[0])], planned=refs).execute(_context())
     assert not any(os.path.exists(r["uri"].removeprefix("file://")) for r in refs)

@@ -99,11 +99,14 @@ def _fake_rewrite(n_out: int = 1):
             "added_data_files": [
                 _data_file(f"file:///w/out-{task['group_id']}-{i}.parquet") for i in range(n_out)
             ],
-            "removed_delete_files": [],
+            "applied_deletes": {},
             "rewritten_bytes_count": 1000 * len(task["data_files"]),
             "added_bytes_count": 900,
             "rewritten_records": 10 * len(task["data_files"]),
             "added_records": 10 * len(task["data_files"]),
+            "deleted_records": 0,
+            "position_deleted_records": 0,
+            "equality_deleted_records": 0,
             "peak_rss_bytes": 123,
             "spilled_bytes": 0,
             "elapsed_seconds": 0.5,
