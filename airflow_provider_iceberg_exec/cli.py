@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from airflow_provider_iceberg_exec import __version__
@@ -370,7 +370,7 @@ def _maintenance_commands(commands: Any, limits: Any) -> None:
     expire.set_defaults(run=_cmd_expire_snapshots)
 
 
-def _cow_summary(result: dict[str, Any]) -> str:
+def _cow_summary(result: Mapping[str, Any]) -> str:
     keys = (
         "deleted_data_files_count",
         "added_data_files_count",
