@@ -287,7 +287,7 @@ def _verify_result(
     specs: Mapping[int, PartitionSpec],
     schema: Schema,
 ) -> None:
-    """One result: its added files, its removed files and deletes, its rows (see above)."""
+    """One result: its added files, its removed files and deletes, its rows (see the module docstring)."""
     removed = [data_file_from_json(f, specs, schema) for f in doc["removed_data_files"]]
     added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]
     verify_added_files(table, added)

@@ -90,7 +90,8 @@ def plan_cow_rewrite(
         ``write.delete.isolation-level`` (``write.update.isolation-level`` for ``update``), else
         ``serializable``.
     :param task_size_bytes: bytes to read per task (one Airflow task each when mapped).
-    :returns: the plan document (``iceberg-exec/cow-plan@1``); its ``tasks`` feed :func:`execute_cow_task`.
+    :returns: the plan document (``iceberg-exec/cow-plan@1``); its ``tasks`` feed
+        :func:`~.cow.task.execute_cow_task`.
     :raises ConfigurationError: for a bad operation, predicate, assignment, source file or isolation level;
         for a format-version 3 table.
     """

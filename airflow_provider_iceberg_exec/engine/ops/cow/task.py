@@ -115,11 +115,12 @@ _COUNT_FIELDS = (
 def execute_cow_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) -> CowResult:
     """Run one copy-on-write task in a bounded execution and return its result document.
 
-    Each data file (see the module docstring) is removed unread, or probed on the predicate's columns and
-    then left untouched, removed, or rewritten without its matching rows (``delete``, ``overwrite``) or
-    with them updated (``update``); files are rewritten on up to one thread per core while the memory
-    limit allows. Rows loaded by ``overwrite`` are checked against the predicate and the required columns
-    as they stream. On any failure every file this task wrote is removed.
+    Each data file (see :mod:`~airflow_provider_iceberg_exec.engine.ops.cow`) is removed unread, or
+    probed on the predicate's columns and then left untouched, removed, or rewritten without its matching
+    rows (``delete``, ``overwrite``) or with them updated (``update``); files are rewritten on up to one
+    thread per core while the memory limit allows. Rows loaded by ``overwrite`` are checked against the
+    predicate and the required columns as they stream. On any failure every file this task wrote is
+    removed.
 
     :returns: ``iceberg-exec/cow-result@1``: removed and added files as DataFile JSON, counts of rows,
         bytes read and written, peak RSS, spilled bytes.

@@ -24,6 +24,8 @@ _SET_ALIAS = "__iceberg_exec_set_{}"
 
 @dataclass(frozen=True)
 class Assignment:
+    """One ``column = expression`` of an update, with what the rewrite needs of its column."""
+
     position: int
     name: str
     expression: str
