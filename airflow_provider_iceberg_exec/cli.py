@@ -370,7 +370,7 @@ def _maintenance_commands(commands: Any, limits: Any) -> None:
     expire.set_defaults(run=_cmd_expire_snapshots)
 
 
-def _cow_summary(result: dict[str, Any]) -> str:
+def _cow_summary(result: Mapping[str, Any]) -> str:
     keys = (
         "deleted_data_files_count",
         "added_data_files_count",

@@ -26,6 +26,14 @@ __all__ = [
     "CommitRecord",
     "CompactionPlan",
     "CompactionResult",
+    "CowCommitResult",
+    "CowDocument",
+    "CowPlan",
+    "CowPlanSummary",
+    "CowResult",
+    "CowRewriteResult",
+    "CowSourceFile",
+    "CowTask",
     "PlanSummary",
     "RewriteResult",
     "RewriteTask",
@@ -188,3 +196,117 @@ class CompactionResult(TypedDict):
     spilled_bytes: int
     #: only from ``compact``: the plan it made
     plan: NotRequired[PlanSummary]
+
+
+# --- copy-on-write documents ---
+
+#: a Parquet file an ``overwrite`` loads, as a copy-on-write task lists it
+CowSourceFile = TypedDict("CowSourceFile", {"path": str, "size-in-bytes": int, "record-count": int})
+
+
+class CowDocument(TypedDict):
+    """The keys every copy-on-write plan, task and result carries: what the plan was asked to do."""
+
+    schema: str
+    table: str
+    branch: str
+    operation: str
+    where: str
+    set: dict[str, str] | None
+    base_snapshot_id: int | None
+    isolation_level: str
+
+
+class CowTask(CowDocument):
+    """``iceberg-exec/cow-task@1``: one group of files of a plan, run by one bounded execution.
+
+    ``data_files`` are the planned entries (``data-file``, its ``delete-files``, ``removable-delete-files``
+    and ``all-rows-match``), DataFile JSON inside.
+    """
+
+    schema_id: int
+    output_spec_id: int
+    task_id: int
+    data_files: list[dict[str, Any]]
+    source_files: list[CowSourceFile]
+
+
+class CowPlan(CowDocument):
+    """``iceberg-exec/cow-plan@1``: the tasks of one copy-on-write, planned on ``base_snapshot_id``."""
+
+    schema_id: int
+    output_spec_id: int
+    tasks: list[CowTask]
+    candidate_data_files_count: int
+    dropped_without_reading_count: int
+    source_files_count: int
+
+
+class CowResult(CowDocument):
+    """``iceberg-exec/cow-result@1``: what one task removed and added (DataFile JSON), rows and bytes."""
+
+    task_id: int
+    removed_data_files: list[dict[str, Any]]
+    removed_delete_files: list[dict[str, Any]]
+    applied_deletes: dict[str, dict[str, Any]]
+    added_data_files: list[dict[str, Any]]
+    rewritten_data_files_count: int
+    dropped_data_files_count: int
+    dropped_without_reading_count: int
+    probed_data_files_count: int
+    untouched_data_files_count: int
+    deleted_rows: int
+    updated_rows: int
+    inserted_rows: int
+    rewritten_rows: int
+    delete_file_rows: int
+    read_bytes: int
+    written_bytes: int
+    peak_rss_bytes: int
+    spilled_bytes: int
+    elapsed_seconds: float
+
+
+class CowCommitResult(TypedDict):
+    """``iceberg-exec/cow-commit-result@1``: the snapshot a plan's results landed in, and their totals.
+
+    ``operation``, ``snapshot_operation`` and ``isolation_level`` are ``None`` when there was nothing to
+    commit (no result; no snapshot).
+    """
+
+    schema: str
+    table: str
+    operation: str | None
+    snapshot_operation: str | None
+    commit_id: str
+    snapshot_ids: list[int]
+    already_committed: bool
+    isolation_level: str | None
+    deleted_data_files_count: int
+    added_data_files_count: int
+    removed_delete_files_count: int
+    untouched_data_files_count: int
+    dropped_without_reading_count: int
+    deleted_rows: int
+    updated_rows: int
+    inserted_rows: int
+    rewritten_rows: int
+    read_bytes: int
+    written_bytes: int
+    peak_rss_bytes: int
+    spilled_bytes: int
+
+
+class CowPlanSummary(TypedDict):
+    """What a one-call copy-on-write reports of its plan."""
+
+    base_snapshot_id: int | None
+    tasks: int
+    candidate_data_files_count: int
+    dropped_without_reading_count: int
+
+
+class CowRewriteResult(CowCommitResult):
+    """The commit result of a one-call copy-on-write (:func:`~.ops.cow.cow_rewrite`), with its plan."""
+
+    plan: CowPlanSummary

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.contracts import CowPlan
 
 __all__ = ["CowPlanOperator", "CowRewriteOperator"]
 
@@ -142,47 +143,58 @@ class CowPlanOperator(BaseOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the task specs (JSON), possibly staged; ``[]`` when no row can match."""
-        from airflow_provider_iceberg_exec.engine.ops.cow import DEFAULT_TASK_SIZE_BYTES, plan_cow_rewrite
+        from airflow_provider_iceberg_exec.engine.ops.cow import plan_cow_rewrite
 
         threshold = _threshold(self.payload_file_threshold)
         with engine_errors():
             table = self.hook.load_table(self.table)
-            plan = plan_cow_rewrite(
-                table,
-                operation=optional_text(self.operation) or "delete",
-                where=optional_text(self.where) or "",
-                set_columns=normalize_options(self.set_columns) or None,
-                source_files=_source_files(self.source_files),
-                branch=optional_text(self.branch) or "main",
-                isolation_level=optional_text(self.isolation_level),
-                task_size_bytes=int(self.task_size_bytes or DEFAULT_TASK_SIZE_BYTES),
-            )
-            tasks: list[dict[str, Any]] = list(plan.get("tasks", []))
-            if not tasks:
-                self.log.info(
-                    "Nothing to %s in %s (branch %s, snapshot %s): no data file may hold a row matching %s",
-                    plan.get("operation"),
-                    self.table,
-                    plan.get("branch"),
-                    plan.get("base_snapshot_id"),
-                    plan.get("where"),
-                )
+            plan = plan_cow_rewrite(table, **self._plan_arguments())
+            self._log_plan(plan)
+            if not plan["tasks"]:
                 return []
-            self.log.info(
-                "Planned %s of %s at snapshot %s (%s isolation) where %s: %s tasks over %s data files "
-                "(%s bytes to read, %s removed without reading) and %s files to load",
-                plan.get("operation"),
-                self.table,
-                plan.get("base_snapshot_id"),
-                plan.get("isolation_level"),
-                plan.get("where"),
-                len(tasks),
-                plan.get("candidate_data_files_count"),
-                sum(_task_bytes(task) for task in tasks),
-                plan.get("dropped_without_reading_count"),
-                plan.get("source_files_count"),
-            )
+            tasks = [dict(task) for task in plan["tasks"]]
             return stage_task_specs(self, context, table, tasks, threshold=threshold, part_prefix="cow-task-")
+
+    def _plan_arguments(self) -> dict[str, Any]:
+        """The engine's keyword arguments from the rendered fields; a blank field takes its default."""
+        from airflow_provider_iceberg_exec.engine.ops.cow import DEFAULT_TASK_SIZE_BYTES
+
+        return {
+            "operation": optional_text(self.operation) or "delete",
+            "where": optional_text(self.where) or "",
+            "set_columns": normalize_options(self.set_columns) or None,
+            "source_files": _source_files(self.source_files),
+            "branch": optional_text(self.branch) or "main",
+            "isolation_level": optional_text(self.isolation_level),
+            "task_size_bytes": int(self.task_size_bytes or DEFAULT_TASK_SIZE_BYTES),
+        }
+
+    def _log_plan(self, plan: CowPlan) -> None:
+        """Log what the plan will do, or that no data file may hold a matching row."""
+        if not plan["tasks"]:
+            self.log.info(
+                "Nothing to %s in %s (branch %s, snapshot %s): no data file may hold a row matching %s",
+                plan["operation"],
+                self.table,
+                plan["branch"],
+                plan["base_snapshot_id"],
+                plan["where"],
+            )
+            return
+        self.log.info(
+            "Planned %s of %s at snapshot %s (%s isolation) where %s: %s tasks over %s data files "
+            "(%s bytes to read, %s removed without reading) and %s files to load",
+            plan["operation"],
+            self.table,
+            plan["base_snapshot_id"],
+            plan["isolation_level"],
+            plan["where"],
+            len(plan["tasks"]),
+            plan["candidate_data_files_count"],
+            sum(_task_bytes(task) for task in plan["tasks"]),
+            plan["dropped_without_reading_count"],
+            plan["source_files_count"],
+        )
 
 
 class CowRewriteOperator(BoundedRewriteOperator):
@@ -215,7 +227,7 @@ class CowRewriteOperator(BoundedRewriteOperator):
         """Run the copy-on-write task (engine ``execute_cow_task``)."""
         from airflow_provider_iceberg_exec.engine.ops.cow import execute_cow_task
 
-        return execute_cow_task(table, spec, limits)
+        return dict(execute_cow_task(table, spec, limits))
 
     def log_start(self, table_name: str, spec: Mapping[str, Any], limits: ResourceLimits) -> None:
         """Log the operation, its files and bytes, and the memory limit."""
@@ -231,22 +243,22 @@ class CowRewriteOperator(BoundedRewriteOperator):
         )
 
     def log_result(self, result: Mapping[str, Any]) -> None:
-        """Log files removed and added, rows, bytes, peak RSS and spill."""
+        """Log files removed and added, rows, bytes, peak RSS and spill (of a ``cow-result``)."""
         self.log.info(
             "Task %s done: %s data files removed (%s unread, %s untouched), %s added; rows deleted %s, "
             "updated %s, inserted %s, copied %s; %s bytes read, %s written; peak RSS %s bytes, "
             "spilled %s bytes",
-            result.get("task_id"),
-            len(result.get("removed_data_files", []) or []),
-            result.get("dropped_without_reading_count"),
-            result.get("untouched_data_files_count"),
-            len(result.get("added_data_files", []) or []),
-            result.get("deleted_rows"),
-            result.get("updated_rows"),
-            result.get("inserted_rows"),
-            result.get("rewritten_rows"),
-            result.get("read_bytes"),
-            result.get("written_bytes"),
-            result.get("peak_rss_bytes"),
-            result.get("spilled_bytes"),
+            result["task_id"],
+            len(result["removed_data_files"]),
+            result["dropped_without_reading_count"],
+            result["untouched_data_files_count"],
+            len(result["added_data_files"]),
+            result["deleted_rows"],
+            result["updated_rows"],
+            result["inserted_rows"],
+            result["rewritten_rows"],
+            result["read_bytes"],
+            result["written_bytes"],
+            result["peak_rss_bytes"],
+            result["spilled_bytes"],
         )
