@@ -220,8 +220,8 @@ class CowDocument(TypedDict):
 class CowTask(CowDocument):
     """``iceberg-exec/cow-task@1``: one group of files of a plan, run by one bounded execution.
 
-    ``data_files`` are the planned entries (``data-file``, its ``delete-files``, ``removable-delete-files``
-    and ``all-rows-match``), DataFile JSON inside.
+    ``data_files`` are the planned entries (``data-file``, its ``delete-files`` and ``all-rows-match``),
+    DataFile JSON inside.
     """
 
     schema_id: int
@@ -247,7 +247,6 @@ class CowResult(CowDocument):
 
     task_id: int
     removed_data_files: list[dict[str, Any]]
-    removed_delete_files: list[dict[str, Any]]
     applied_deletes: dict[str, dict[str, Any]]
     added_data_files: list[dict[str, Any]]
     rewritten_data_files_count: int

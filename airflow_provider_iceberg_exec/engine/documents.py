@@ -430,7 +430,6 @@ def check_cow_result(doc: Any) -> Mapping[str, Any]:
     operation = _check_cow_common(reader)
     removed = reader.files("removed_data_files")
     added = reader.files("added_data_files")
-    reader.files("removed_delete_files", content=None)
     _check_applied_deletes(reader, removed)
     counts = {key: reader.count(key) for key in _COW_COUNTS}
     for key, allowed in (("inserted_rows", "overwrite"), ("updated_rows", "update")):

@@ -632,29 +632,6 @@ def mutate_applied_deletes(draw: Draw, docs: list[Any], world: World) -> None:
             deletes[one] = _tweak(draw, deletes[one])
 
 
-def mutate_removed_deletes(draw: Draw, docs: list[Any], world: World) -> None:
-    """``removed_delete_files`` of a result: a delete that applies elsewhere, a data file, emptied."""
-    doc = _choose(draw, [d for d in _docs(docs) if isinstance(d.get("removed_delete_files"), list)], "doc")
-    if doc is None:
-        return
-    how = draw(st.sampled_from(("delete", "data", "empty")), label="how")
-    if how == "empty":
-        doc["removed_delete_files"].clear()
-    elif how == "delete":
-        doc["removed_delete_files"].append(
-            copy.deepcopy(world.delete_json[draw(st.sampled_from(sorted(world.delete_json)), label="d")])
-        )
-    else:
-        path = draw(st.sampled_from(world.live_data), label="data file")
-        entry = next(
-            e["data-file"]
-            for t in world.plan["tasks"]
-            for e in t["data_files"]
-            if e["data-file"]["file-path"] == path
-        )
-        doc["removed_delete_files"].append(copy.deepcopy(entry))
-
-
 def mutate_documents(draw: Draw, docs: list[Any], _world: World) -> None:
     """Duplicate, remove or reorder whole documents, or copy one's key into another."""
     if not docs:
@@ -768,7 +745,6 @@ RESULT_MUTATIONS = (
     mutate_file_lists,
     mutate_applied_deletes,
     mutate_applied_deletes,
-    mutate_removed_deletes,
     mutate_documents,
 )
 

@@ -53,7 +53,6 @@ _FILE_LIST_KEYS = (
     "data_files",
     "rewritten_data_files",
     "added_data_files",
-    "removed_delete_files",
     "added_delete_files",
     "removed_data_files",
     "delete_files",

@@ -188,7 +188,7 @@ def _commit(
     try:
         # The deletes to drop are decided by the commit, on the branch head it commits on (on every
         # retry): those that applied to the removed files and, after the commit, apply to no live data
-        # file (the tasks' removed_delete_files, their DVs and file-scoped position deletes, are among
+        # file (their DVs and file-scoped position deletes are among
         # them; so is a partition-scoped or equality delete whose files all go). One that a concurrent
         # commit made apply to another live file again is kept, never removed with its rows.
         return commit_overwrite(

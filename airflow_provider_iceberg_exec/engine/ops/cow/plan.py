@@ -12,10 +12,8 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import IsolationLevel
 from airflow_provider_iceberg_exec.engine.contracts import COW_PLAN, COW_TASK, CowPlan, CowSourceFile, CowTask
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table
-from airflow_provider_iceberg_exec.engine.meta.scan import check_branch, parse_where, scan_data_files
+from airflow_provider_iceberg_exec.engine.meta.scan import check_branch, scan_data_files
 from airflow_provider_iceberg_exec.engine.meta.task_files import (
-    delete_targets,
-    removable_deletes,
     scanned_to_json,
 )
 from airflow_provider_iceberg_exec.engine.ops.cow.common import parse_operation, table_name
@@ -199,12 +197,6 @@ def _entries(table: Table, snapshot: Snapshot, predicate: Predicate, kind: str) 
     specs = metadata.specs()
     all_rows_match = predicate.strict_evaluator(metadata)
     scanned_files = scan_data_files(table, snapshot, predicate.unbound)
-    # Which live data files each delete file applies to, over the whole table (not only `where`).
-    applies_to = (
-        delete_targets(scan_data_files(table, snapshot, parse_where(None, schema)))
-        if any(f.delete_files for f in scanned_files)
-        else {}
-    )
     entries: list[dict[str, Any]] = []
     for scanned in scanned_files:
         data_file = scanned.data_file
@@ -212,7 +204,6 @@ def _entries(table: Table, snapshot: Snapshot, predicate: Predicate, kind: str) 
         entries.append(
             {
                 **scanned_to_json(scanned, specs, schema),
-                "removable-delete-files": removable_deletes([scanned], applies_to, specs, schema),
                 "all-rows-match": whole,
                 "_order": (
                     data_file.spec_id,

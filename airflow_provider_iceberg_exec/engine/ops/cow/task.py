@@ -77,7 +77,6 @@ class _Counts:
     dropped_without_reading: int = 0
     rewritten_files: int = 0
     removed: list[dict[str, Any]] = field(default_factory=list)
-    removed_deletes: list[dict[str, Any]] = field(default_factory=list)
     applied_deletes: dict[str, dict[str, Any]] = field(default_factory=dict)
     added: list[DataFile] = field(default_factory=list)
 
@@ -86,14 +85,12 @@ class _Counts:
         for name in _COUNT_FIELDS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.removed.extend(other.removed)
-        self.removed_deletes.extend(other.removed_deletes)
         self.applied_deletes.update(other.applied_deletes)
         self.added.extend(other.added)
 
     def remove(self, entry: Mapping[str, Any]) -> None:
-        """Record the removal of a task entry's data file, and of the delete files only it needed."""
+        """Record the removal of a task entry's data file and the deletes applied to it."""
         self.removed.append(dict(entry["data-file"]))
-        self.removed_deletes.extend(entry.get("removable-delete-files") or [])
         self.applied_deletes[str(entry["data-file"]["file-path"])] = applied_deletes_of(entry)
 
 
@@ -219,7 +216,6 @@ def _result(
         "isolation_level": doc["isolation_level"],
         "task_id": doc["task_id"],
         "removed_data_files": counts.removed,
-        "removed_delete_files": counts.removed_deletes,
         "applied_deletes": counts.applied_deletes,
         "added_data_files": added_json,
         "rewritten_data_files_count": counts.rewritten_files,
