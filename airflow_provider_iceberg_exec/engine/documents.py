@@ -269,6 +269,8 @@ def check_rewrite_result(doc: Any) -> Mapping[str, Any]:
         raise reader.error("rewritten_data_files", "is empty; a rewrite removes at least one file")
     _check_applied_deletes(reader, rewritten)
     counts = {key: reader.count(key) for key in _RESULT_COUNTS}
+    for measured in ("peak_rss_bytes", "spilled_bytes"):
+        reader.count(measured, required=False)
     _check_sums(reader, rewritten, "rewritten_records", counts["rewritten_records"], "record-count")
     _check_sums(reader, added, "added_records", counts["added_records"], "record-count")
     _check_sums(
@@ -431,6 +433,8 @@ def check_cow_result(doc: Any) -> Mapping[str, Any]:
     removed = reader.files("removed_data_files")
     added = reader.files("added_data_files")
     _check_applied_deletes(reader, removed)
+    for measured in ("peak_rss_bytes", "spilled_bytes"):
+        reader.count(measured, required=False)
     counts = {key: reader.count(key) for key in _COW_COUNTS}
     for key, allowed in (("inserted_rows", "overwrite"), ("updated_rows", "update")):
         if counts[key] and operation != allowed:

@@ -431,8 +431,9 @@ def commit_compaction(
         snapshot_ids=[],
         already_committed=False,
         commits=[],
-        peak_rss_bytes=max((int(d.get("peak_rss_bytes", 0)) for d in docs), default=0),
-        spilled_bytes=sum(int(d.get("spilled_bytes", 0)) for d in docs),
+        # What the executions measured; optional in a result (a null counts as nothing measured).
+        peak_rss_bytes=max((int(d.get("peak_rss_bytes") or 0) for d in docs), default=0),
+        spilled_bytes=sum(int(d.get("spilled_bytes") or 0) for d in docs),
     )
     if not docs:
         log.info("nothing to commit for %s", summary["table"])

@@ -130,8 +130,9 @@ def _summary(table: Table, docs: Sequence[Mapping[str, Any]], commit_id: str) ->
         "rewritten_rows": total("rewritten_rows"),
         "read_bytes": total("read_bytes"),
         "written_bytes": total("written_bytes"),
-        "peak_rss_bytes": max((int(d.get("peak_rss_bytes", 0)) for d in docs), default=0),
-        "spilled_bytes": max((int(d.get("spilled_bytes", 0)) for d in docs), default=0),
+        # What the executions measured; optional in a result (a null counts as nothing measured).
+        "peak_rss_bytes": max((int(d.get("peak_rss_bytes") or 0) for d in docs), default=0),
+        "spilled_bytes": max((int(d.get("spilled_bytes") or 0) for d in docs), default=0),
     }
 
 
