@@ -39,9 +39,13 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
+class TriggerFailedError(Exception):
+    """The trigger a deferred sensor waited on ended with an error event (its message is one line)."""
+
+
 @contextmanager
 def engine_errors() -> Iterator[None]:
-    """Map engine exceptions to Airflow's, in one place.
+    """Map engine exceptions to Airflow's, in one place: no other module raises an Airflow exception.
 
     - what a retry cannot fix fails the task without retry, with a one-line reason
       (``AirflowFailException``): bad input or a failed validation (``ConfigurationError``,
@@ -50,9 +54,10 @@ def engine_errors() -> Iterator[None]:
       commit state (``CommitStateUnknownError``: check the table first);
     - ``CommitConflictError`` (the table moved; a retry re-validates) and ``CatalogUnavailableError``
       propagate, so that the task's ``retries`` with exponential backoff apply;
+    - a trigger's error event (``TriggerFailedError``) fails the try (``AirflowException``; retries apply);
     - anything else propagates unchanged.
     """
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
     from airflow_provider_iceberg_exec.engine.errors import (
         CommitStateUnknownError,
@@ -74,6 +79,8 @@ def engine_errors() -> Iterator[None]:
         IncompleteRunError,
     ) as err:
         raise AirflowFailException(one_line(err)) from err
+    except TriggerFailedError as err:
+        raise AirflowException(str(err)) from err
 
 
 def optional_text(value: Any) -> str | None:
@@ -123,14 +130,15 @@ def commit_id_from_context(context: Mapping[str, Any], *, task_id: str, dag_id: 
     Derived from the DAG id, the run id, the task id and the map index, never the try number, so that a
     retry after a commit that landed finds it and reports it instead of committing twice.
 
-    :raises AirflowFailException: outside a DAG run (no run id in ``context``).
+    :raises ConfigurationError: outside a DAG run (no run id in ``context``); call it inside
+        :func:`engine_errors`, which fails the task without retry.
     """
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 
     dag = _ti_attr(context, "dag_id") or dag_id
     run_id = _ti_attr(context, "run_id") or context.get("run_id")
     if not dag or not run_id:
-        raise AirflowFailException("cannot derive a commit id outside a DAG run; pass commit_id explicitly")
+        raise ConfigurationError("cannot derive a commit id outside a DAG run; pass commit_id explicitly")
     map_index = _ti_attr(context, "map_index")
     suffix = f":{map_index}" if isinstance(map_index, int) and map_index >= 0 else ""
     return f"airflow:{dag}:{run_id}:{task_id}{suffix}"

@@ -34,6 +34,8 @@ from airflow_provider_iceberg_exec.operators._common import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_iceberg_exec.engine.ops.results import QuietPeriod
+
 __all__ = ["CommitOperator", "emit_table_asset", "log_commit_result"]
 
 
@@ -200,33 +202,33 @@ class CommitOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Commit the results (the engine's :func:`~.engine.ops.results.commit_results`); return its JSON."""
-        from airflow_provider_iceberg_exec.engine.ops.results import (
-            QuietPeriod,
-            commit_results,
-            empty_commit_result,
-            results_table,
-        )
+        from airflow_provider_iceberg_exec.engine.ops.results import commit_results, results_table
 
         docs, planned = _flatten(self.results), None if self.planned is None else _flatten(self.planned)
         with engine_errors():
             table_name = results_table(optional_text(self.table), docs, planned or [])
             if table_name is None or not (docs or planned):
-                self.log.info("Nothing to commit to %s: no results (the plan had nothing to do)", table_name)
-                return empty_commit_result(table_name)
-            commit_id = optional_text(self.commit_id) or commit_id_from_context(
-                context, task_id=self.task_id, dag_id=self.dag_id
-            )
-            quiet = QuietPeriod(
-                float(self.quiet_period_seconds or 0), float(self.quiet_period_timeout_seconds)
-            )
+                return self._nothing_to_commit(table_name)
             result = commit_results(
                 self.hook.load_table(table_name),
                 docs,
-                commit_id=commit_id,
+                commit_id=optional_text(self.commit_id)
+                or commit_id_from_context(context, task_id=self.task_id, dag_id=self.dag_id),
                 planned=planned,
-                quiet_period=quiet,
+                quiet_period=self._quiet_period(),
                 discard_staged=self.cleanup_staged,
             )
         log_commit_result(self, result)
         emit_table_asset(self, context, catalog=self.hook.catalog_name, table=table_name, result=result)
         return result
+
+    def _nothing_to_commit(self, table_name: str | None) -> dict[str, Any]:
+        from airflow_provider_iceberg_exec.engine.ops.results import empty_commit_result
+
+        self.log.info("Nothing to commit to %s: no results (the plan had nothing to do)", table_name)
+        return empty_commit_result(table_name)
+
+    def _quiet_period(self) -> QuietPeriod:
+        from airflow_provider_iceberg_exec.engine.ops.results import QuietPeriod
+
+        return QuietPeriod(float(self.quiet_period_seconds or 0), float(self.quiet_period_timeout_seconds))

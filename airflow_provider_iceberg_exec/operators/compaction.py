@@ -366,10 +366,10 @@ class CompactionOperator(BaseOperator):
 
     def execute(self, context: Context) -> CompactionResult:
         """Plan, rewrite and commit; return the compaction result JSON."""
-        commit_id = optional_text(self.commit_id) or commit_id_from_context(
-            context, task_id=self.task_id, dag_id=self.dag_id
-        )
         with engine_errors():
+            commit_id = optional_text(self.commit_id) or commit_id_from_context(
+                context, task_id=self.task_id, dag_id=self.dag_id
+            )
             limits = settings.resource_limits(self.memory_limit)
             _warn_pool_slots(self, limits)
             table = self.hook.load_table(self.table)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
-from airflow_provider_iceberg_exec.operators._common import engine_errors
+from airflow_provider_iceberg_exec.operators._common import TriggerFailedError, engine_errors
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -72,11 +72,10 @@ class IcebergSensorBase(BaseSensorOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume from the trigger: return its payload, or fail with its message."""
-        from airflow.sdk.exceptions import AirflowException
-
         if not isinstance(event, dict) or event.get("status") != "success":
             message = event.get("message") if isinstance(event, dict) else repr(event)
-            raise AirflowException(f"{self.task_id}: trigger failed on {self.table}: {message}")
+            with engine_errors():
+                raise TriggerFailedError(f"{self.task_id}: trigger failed on {self.table}: {message}")
         payload = {k: v for k, v in event.items() if k != "status"}
         self.log.info("Condition met on %s: %s", self.table, payload)
         return payload
