@@ -22,7 +22,11 @@ The modules, by concern:
 from __future__ import annotations
 
 from airflow_provider_iceberg_exec.engine.ops.orphans.delete import delete_orphan_files, remove_orphan_files
-from airflow_provider_iceberg_exec.engine.ops.orphans.documents import read_orphan_scan_result
+from airflow_provider_iceberg_exec.engine.ops.orphans.documents import (
+    read_orphan_scan_result,
+    resolve_orphan_scan_result,
+    staged_list_uri,
+)
 from airflow_provider_iceberg_exec.engine.ops.orphans.rules import DEFAULT_ORPHAN_AGE, PrefixMismatchMode
 from airflow_provider_iceberg_exec.engine.ops.orphans.scan import scan_orphan_files
 
@@ -32,5 +36,7 @@ __all__ = [
     "delete_orphan_files",
     "read_orphan_scan_result",
     "remove_orphan_files",
+    "resolve_orphan_scan_result",
     "scan_orphan_files",
+    "staged_list_uri",
 ]

@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.contracts import ORPHAN_SCAN_RESULT, check_envelope
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileCodecError
-from airflow_provider_iceberg_exec.engine.io.payloads import STAGING_DIR
+from airflow_provider_iceberg_exec.engine.io.payloads import STAGING_DIR, staging_uri
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -27,7 +27,9 @@ __all__ = [
     "default_list_uri",
     "read_lines",
     "read_orphan_scan_result",
+    "resolve_orphan_scan_result",
     "result_uri",
+    "staged_list_uri",
     "write_text",
 ]
 
@@ -56,6 +58,40 @@ def read_orphan_scan_result(io: FileIO, uri: str) -> dict[str, Any]:
     except ValueError as err:
         raise DataFileCodecError(f"{target} is not JSON: {err}") from err
     return dict(check_envelope(doc, ORPHAN_SCAN_RESULT))
+
+
+def resolve_orphan_scan_result(scan_result: object, file_io: Callable[[str], FileIO]) -> Mapping[str, Any]:
+    """The scan result a delete step is handed: the document itself, or the URI of its JSON or of its
+    orphan list, read through ``file_io(uri)``.
+
+    Only the envelope is checked here; :func:`~.delete.delete_orphan_files` validates the whole document.
+
+    :raises DataFileCodecError: when it is neither a document nor a URI, or the file is not a scan result.
+    :raises ConfigurationError: when the file cannot be read.
+
+    >>> resolve_orphan_scan_result([1, 2], file_io=print)
+    Traceback (most recent call last):
+    ...
+    airflow_provider_iceberg_exec.engine.errors.DataFileCodecError: scan_result must be a scan result or its URI, got list
+    """  # noqa: E501
+    if isinstance(scan_result, str):
+        uri = scan_result.strip()
+        return read_orphan_scan_result(file_io(uri), uri)
+    if not isinstance(scan_result, Mapping):
+        raise DataFileCodecError(
+            f"scan_result must be a scan result or its URI, got {type(scan_result).__name__}"
+        )
+    return scan_result
+
+
+def staged_list_uri(table_location: str, name: str) -> str:
+    """Where the scan named ``name`` writes its orphan list: under the table's staging directory, named
+    after the task that runs it, so that a retry overwrites it.
+
+    >>> staged_list_uri("s3://b/wh/ns/t", "dag__run__orphan_scan__orphans")
+    's3://b/wh/ns/t/metadata/iceberg-exec-staging/dag__run__orphan_scan__orphans.txt'
+    """
+    return staging_uri(table_location, name).removesuffix(".json") + ".txt"
 
 
 class OrphanListWriter:
