@@ -206,7 +206,7 @@ def _pairs(pairs: Sequence[str], what: str) -> dict[str, str]:
     return mapping
 
 
-def _orphan_summary(result: dict[str, Any]) -> str:
+def _orphan_summary(result: Mapping[str, Any]) -> str:
     lines = [
         f"{k}: {result[k]}"
         for k in ("orphan_file_count", "orphan_bytes_count", "listed_file_count", "older_than")
@@ -219,7 +219,7 @@ def _orphan_summary(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _orphan_delete_summary(result: dict[str, Any]) -> str:
+def _orphan_delete_summary(result: Mapping[str, Any]) -> str:
     keys = (
         "deleted_file_count",
         "deleted_bytes_count",

@@ -34,6 +34,10 @@ __all__ = [
     "CowRewriteResult",
     "CowSourceFile",
     "CowTask",
+    "ExpireSnapshotsResult",
+    "OrphanDeleteResult",
+    "OrphanRemoveResult",
+    "OrphanScanResult",
     "PlanSummary",
     "RewriteResult",
     "RewriteTask",
@@ -309,3 +313,95 @@ class CowRewriteResult(CowCommitResult):
     """The commit result of a one-call copy-on-write (:func:`~.ops.cow.cow_rewrite`), with its plan."""
 
     plan: CowPlanSummary
+
+
+# --- maintenance documents (orphan files, snapshot expiry) ---
+
+
+class OrphanScanResult(TypedDict):
+    """``iceberg-exec/orphan-scan-result@1``: what an orphan scan found (:mod:`.ops.orphans`).
+
+    The orphans themselves are in the list file at ``orphan_list_uri``; the document is also written beside
+    it, at ``result_uri``.
+    """
+
+    schema: str
+    table: str
+    table_uuid: str
+    metadata_location: str
+    snapshot_count: int
+    locations: list[str]
+    older_than: str
+    older_than_ms: int
+    prefix_mismatch_mode: str
+    equal_schemes: dict[str, str]
+    equal_authorities: dict[str, str]
+    listed_file_count: int
+    candidate_file_count: int
+    referenced_file_count: int
+    prefix_mismatch_file_count: int
+    orphan_file_count: int
+    orphan_bytes_count: int
+    orphan_sample: list[str]
+    orphan_list_uri: str
+    result_uri: str
+    dry_run: bool
+    peak_rss_bytes: int
+    spilled_bytes: int
+    elapsed_seconds: float
+
+
+class OrphanDeleteResult(TypedDict):
+    """``iceberg-exec/orphan-delete-result@1``: what the delete step did with a scan's orphan list."""
+
+    schema: str
+    table: str
+    orphan_list_uri: str
+    dry_run: bool
+    candidate_file_count: int
+    deleted_file_count: int
+    deleted_bytes_count: int
+    skipped_referenced_count: int
+    skipped_referenced_sample: list[str]
+    skipped_younger_count: int
+    missing_file_count: int
+    failed_file_count: int
+    failed_sample: list[str]
+    batches: int
+    elapsed_seconds: float
+
+
+class OrphanRemoveResult(OrphanScanResult, total=False):
+    """Spark's ``remove_orphan_files`` in one call: the scan result, with the delete result unless dry run."""
+
+    delete: OrphanDeleteResult
+
+
+class ExpireSnapshotsResult(TypedDict):
+    """``iceberg-exec/expire-snapshots-result@1``: the snapshots and refs expired; Java's file counts."""
+
+    schema: str
+    table: str
+    dry_run: bool
+    cleanup: bool
+    older_than: str
+    older_than_ms: int
+    retain_last: int
+    snapshot_ids: list[int]
+    expired_snapshot_ids: list[int]
+    expired_snapshot_count: int
+    removed_refs: list[str]
+    retained_snapshot_count: int
+    #: ``None`` in a dry run (nothing is committed)
+    metadata_location: str | None
+    deleted_data_files_count: int
+    deleted_equality_delete_files_count: int
+    deleted_manifest_files_count: int
+    deleted_manifest_lists_count: int
+    deleted_position_delete_files_count: int
+    deleted_statistics_files_count: int
+    failed_delete_count: int
+    kept_referenced_count: int
+    peak_rss_bytes: int
+    spilled_bytes: int
+    elapsed_seconds: float

@@ -11,6 +11,8 @@ The whole tree::
     ├── CatalogUnavailableError(IcebergExecError)         the catalog or the storage cannot be reached
     │                                                     or throttles (transient: a retry may succeed)
     ├── IncompleteRunError(IcebergExecError)              planned tasks failed: nothing may be committed
+    ├── IncompleteListingError(IcebergExecError)          an orphan scan's listing or reference set looks
+    │                                                     partial: nothing is called an orphan (retry)
     ├── CommitConflictError(IcebergExecError)             the table moved under us (retry or re-plan)
     │   └── CommitValidationError(CommitConflictError)    Java's ValidationException: re-plan, do not retry
     └── CommitStateUnknownError(IcebergExecError)         the catalog did not say; never retried blindly
@@ -29,6 +31,7 @@ __all__ = [
     "DataFileCodecError",
     "DataFileReadError",
     "IcebergExecError",
+    "IncompleteListingError",
     "IncompleteRunError",
     "ResourceLimitError",
     "TableNotFoundError",
@@ -66,6 +69,15 @@ class CatalogUnavailableError(IcebergExecError):
 
 class IncompleteRunError(IcebergExecError):
     """Raised when planned tasks delivered no result and the others may not be committed without them."""
+
+
+class IncompleteListingError(IcebergExecError):
+    """Raised when the listing cannot be complete, so that deleting what it calls orphans is unsafe.
+
+    A referenced file under the scanned locations is missing from the listing, or a category of references
+    (data, manifests, manifest lists, metadata) is empty for a table with snapshots. Nothing is deleted; a
+    retry may succeed when the listing was cut short by the store.
+    """
 
 
 class CommitConflictError(IcebergExecError):

@@ -38,6 +38,13 @@ from airflow_provider_iceberg_exec.operators.compaction import _warn_pool_slots
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from pyiceberg.io import FileIO
+
+    from airflow_provider_iceberg_exec.engine.contracts import (
+        ExpireSnapshotsResult,
+        OrphanDeleteResult,
+        OrphanScanResult,
+    )
 
 __all__ = ["ExpireSnapshotsOperator", "OrphanDeleteOperator", "OrphanScanOperator"]
 
@@ -175,23 +182,15 @@ class OrphanScanOperator(BaseOperator):
         """The catalog hook, built after the templates are rendered."""
         return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> OrphanScanResult:
         """Scan and return the scan result (JSON); the orphan list is in the file it names."""
-        from airflow_provider_iceberg_exec.engine.io.payloads import staging_uri
         from airflow_provider_iceberg_exec.engine.ops.orphans import scan_orphan_files
 
         with engine_errors():
             limits = settings.resource_limits(self.memory_limit)
             _warn_pool_slots(self, limits)
             table = self.hook.load_table(self.table)
-            list_uri = (
-                optional_text(self.orphan_list_uri)
-                or staging_uri(
-                    table.location(),
-                    payload_name(context, task_id=self.task_id, dag_id=self.dag_id, part="orphans"),
-                ).removesuffix(".json")
-                + ".txt"
-            )
+            list_uri = optional_text(self.orphan_list_uri) or self._staged_list_uri(context, table.location())
             self.log.info(
                 "Scanning %s for orphan files older than %s (memory limit %s bytes); list: %s",
                 self.table,
@@ -199,7 +198,7 @@ class OrphanScanOperator(BaseOperator):
                 limits.memory_limit_bytes,
                 list_uri,
             )
-            result: dict[str, Any] = scan_orphan_files(
+            return scan_orphan_files(
                 table,
                 older_than=optional_text(self.older_than),
                 location=optional_text(self.location),
@@ -210,17 +209,13 @@ class OrphanScanOperator(BaseOperator):
                 force=flag(self.force, "force"),
                 limits=limits,
             )
-        self.log.info(
-            "%s orphan files (%s bytes) of %s listed under %s; sample: %s; list at %s; peak RSS %s bytes",
-            result.get("orphan_file_count"),
-            result.get("orphan_bytes_count"),
-            result.get("listed_file_count"),
-            result.get("locations"),
-            result.get("orphan_sample", [])[:5],
-            result.get("orphan_list_uri"),
-            result.get("peak_rss_bytes"),
-        )
-        return result
+
+    def _staged_list_uri(self, context: Context, table_location: str) -> str:
+        """The default orphan list: named after this task instance, so that a retry overwrites it."""
+        from airflow_provider_iceberg_exec.engine.ops.orphans import staged_list_uri
+
+        name = payload_name(context, task_id=self.task_id, dag_id=self.dag_id, part="orphans")
+        return staged_list_uri(table_location, name)
 
 
 class OrphanDeleteOperator(BaseOperator):
@@ -268,31 +263,17 @@ class OrphanDeleteOperator(BaseOperator):
         """The catalog hook, built after the templates are rendered."""
         return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> OrphanDeleteResult:
         """Delete (or count, in a dry run) and return the delete result (JSON)."""
-        from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
         from airflow_provider_iceberg_exec.engine.ops.orphans import (
             delete_orphan_files,
-            read_orphan_scan_result,
+            resolve_orphan_scan_result,
         )
 
         with engine_errors():
             dry_run = flag(self.dry_run_only, "dry_run_only")
-            scan = self.scan_result
             table_name = optional_text(self.table)
-            if isinstance(scan, str):
-                uri = scan.strip()
-                if table_name:
-                    io = self.hook.load_table(table_name).io
-                else:
-                    from pyiceberg.io import load_file_io
-
-                    io = load_file_io(dict(self.hook.get_conn().properties), uri)
-                scan = read_orphan_scan_result(io, uri)
-            if not isinstance(scan, Mapping):
-                raise DataFileCodecError(
-                    f"scan_result must be a scan result or its URI, got {type(scan).__name__}"
-                )
+            scan = resolve_orphan_scan_result(self.scan_result, lambda uri: self._file_io(table_name, uri))
             table = self.hook.load_table(table_name or str(scan.get("table") or ""))
             self.log.info(
                 "%s %s orphan files of %s listed in %s",
@@ -301,30 +282,21 @@ class OrphanDeleteOperator(BaseOperator):
                 scan.get("table"),
                 scan.get("orphan_list_uri"),
             )
-            result: dict[str, Any] = delete_orphan_files(
+            return delete_orphan_files(
                 table,
                 scan,
                 dry_run=dry_run,
                 batch_size=int(self.batch_size),
                 max_concurrent_deletes=int(self.max_concurrent_deletes),
             )
-        log = (
-            self.log.warning
-            if result.get("failed_file_count") or result.get("skipped_referenced_count")
-            else self.log.info
-        )
-        log(
-            "%s %s files (%s bytes); kept %s referenced since the scan, %s modified since; %s gone; "
-            "%s failed",
-            "Would delete" if dry_run else "Deleted",
-            result.get("deleted_file_count"),
-            result.get("deleted_bytes_count"),
-            result.get("skipped_referenced_count"),
-            result.get("skipped_younger_count"),
-            result.get("missing_file_count"),
-            result.get("failed_file_count"),
-        )
-        return result
+
+    def _file_io(self, table_name: str | None, uri: str) -> FileIO:
+        """The FileIO to read a scan result at ``uri`` with: the table's, else one from the connection."""
+        if table_name:
+            return self.hook.load_table(table_name).io
+        from pyiceberg.io import load_file_io
+
+        return load_file_io(dict(self.hook.get_conn().properties), uri)
 
 
 class ExpireSnapshotsOperator(BaseOperator):
@@ -395,7 +367,7 @@ class ExpireSnapshotsOperator(BaseOperator):
         """The catalog hook, built after the templates are rendered."""
         return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> ExpireSnapshotsResult:
         """Expire and return the result (JSON)."""
         from airflow_provider_iceberg_exec.engine.ops.expire import expire_snapshots
 
@@ -403,7 +375,7 @@ class ExpireSnapshotsOperator(BaseOperator):
             limits = settings.resource_limits(self.memory_limit)
             _warn_pool_slots(self, limits)
             table = self.hook.load_table(self.table)
-            result: dict[str, Any] = expire_snapshots(
+            return expire_snapshots(
                 table,
                 older_than=optional_text(self.older_than),
                 retain_last=_optional_int(self.retain_last, "retain_last"),
@@ -413,19 +385,3 @@ class ExpireSnapshotsOperator(BaseOperator):
                 max_concurrent_deletes=int(self.max_concurrent_deletes),
                 limits=limits,
             )
-        self.log.info(
-            "%s %s snapshots and refs %s of %s; deleted %s data, %s position-delete, %s equality-delete, "
-            "%s manifest, %s manifest-list, %s statistics files; %s failed",
-            "Would expire" if result.get("dry_run") else "Expired",
-            result.get("expired_snapshot_count"),
-            result.get("removed_refs"),
-            self.table,
-            result.get("deleted_data_files_count"),
-            result.get("deleted_position_delete_files_count"),
-            result.get("deleted_equality_delete_files_count"),
-            result.get("deleted_manifest_files_count"),
-            result.get("deleted_manifest_lists_count"),
-            result.get("deleted_statistics_files_count"),
-            result.get("failed_delete_count"),
-        )
-        return result

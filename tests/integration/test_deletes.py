@@ -1,4 +1,4 @@
-"""Compaction applies position deletes, deletion vectors and equality deletes (engine/deletes/apply.py).
+"""Compaction applies position deletes, deletion vectors and equality deletes (engine/deletes/).
 
 Delete files are written by these tests and committed with the engine's own delete-manifest writer, as
 tests/integration/test_commit.py does. PyIceberg 0.12 cannot read equality deletes, so the expected rows
@@ -37,7 +37,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.deletes.apply import decode_deletion_vector
+from airflow_provider_iceberg_exec.engine.deletes.vectors import decode_deletion_vector
 from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
 from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction

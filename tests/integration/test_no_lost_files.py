@@ -484,7 +484,7 @@ def test_a_commit_never_makes_a_vanished_output_live(catalog: SqlCatalog, tmp_pa
 
 def test_orphan_listing_skips_a_file_removed_while_it_walks(tmp_path: Path) -> None:
     """A failed commit's cleanup removing its manifests during the listing is not an error."""
-    from airflow_provider_iceberg_exec.engine.ops.orphans import _walk_local
+    from airflow_provider_iceberg_exec.engine.ops.orphans.listing import _walk_local
 
     for i in range(10):
         (tmp_path / f"m{i}.avro").write_bytes(b"x")

@@ -13,16 +13,20 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
-from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileCodecError
-from airflow_provider_iceberg_exec.engine.meta import reachable
-from airflow_provider_iceberg_exec.engine.ops import orphans as orphans_module
-from airflow_provider_iceberg_exec.engine.ops.orphans import (
+from airflow_provider_iceberg_exec.engine.errors import (
+    ConfigurationError,
+    DataFileCodecError,
     IncompleteListingError,
+)
+from airflow_provider_iceberg_exec.engine.meta import reachable
+from airflow_provider_iceberg_exec.engine.ops.orphans import (
     delete_orphan_files,
     read_orphan_scan_result,
     remove_orphan_files,
     scan_orphan_files,
 )
+from airflow_provider_iceberg_exec.engine.ops.orphans import listing as orphans_listing
+from airflow_provider_iceberg_exec.engine.ops.orphans import scan as orphans_scan
 from tests.integration.maintenance_support import (
     age,
     append_data_file,
@@ -263,12 +267,12 @@ def test_aborts_when_a_referenced_file_is_missing(rich: Rich, tmp_path: Path) ->
 def test_aborts_when_the_listing_is_partial(
     rich: Rich, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    walk = orphans_module._walk
+    walk = orphans_listing._walk
 
     def truncated(*args: Any) -> Any:
         yield from (entry for entry in walk(*args) if "_cat=b" not in entry[0])
 
-    monkeypatch.setattr(orphans_module, "_walk", truncated)
+    monkeypatch.setattr(orphans_listing, "_walk", truncated)
     with pytest.raises(IncompleteListingError, match="listing looks partial"):
         rich.scan(tmp_path)
 
@@ -527,6 +531,6 @@ def test_scan_in_several_hash_buckets_finds_the_same_orphans(
     rich: Rich, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Above the memory limit the joins run bucket by bucket; the answer must not change."""
-    monkeypatch.setattr(orphans_module, "bucket_count", lambda rows, row_bytes, limits: 3)
+    monkeypatch.setattr(orphans_scan, "bucket_count", lambda rows, row_bytes, limits: 3)
     result = rich.scan(tmp_path)
     assert sorted(orphan_list(result)) == sorted(_uris(rich.planted))

@@ -10,11 +10,12 @@ Encoding decisions:
 * Every optional field is written only when it is set, for every content type (Java's ``ContentFileParser``
   does the same): position-delete files keep their ``file_path`` bounds, which planning relies on.
 * ``content`` is ``data``, ``position-deletes`` or ``equality-deletes``; ``file-format`` is lower case.
-* Partition values and bounds use the Iceberg JSON single-value serialisation: numbers and booleans as
-  JSON, decimals as strings with exactly ``scale`` fraction digits, dates ``YYYY-MM-DD``, times
-  ``HH:MM:SS.ffffff``, timestamps ``YYYY-MM-DDTHH:MM:SS.ffffff`` (``+00:00`` for ``timestamptz``, nine
-  fraction digits for the ``_ns`` types), UUIDs in canonical form and fixed/binary as upper-case hex.
-  Non-finite float partition values are the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``.
+* Partition values and bounds use the Iceberg JSON single-value serialisation (:mod:`.json_values`):
+  numbers and booleans as JSON, decimals as strings with exactly ``scale`` fraction digits, dates
+  ``YYYY-MM-DD``, times ``HH:MM:SS.ffffff``, timestamps ``YYYY-MM-DDTHH:MM:SS.ffffff`` (``+00:00`` for
+  ``timestamptz``, nine fraction digits for the ``_ns`` types), UUIDs in canonical form and fixed/binary
+  as upper-case hex. Non-finite float partition values are the strings ``"NaN"``, ``"Infinity"`` and
+  ``"-Infinity"``.
 * Partition values are held the way pyiceberg holds them in a ``Record``: dates, times and timestamps as
   ints (days, micros or nanos since the epoch/midnight; ``day()`` yields days although its result type
   is ``date``), decimals as ``Decimal``, fixed/binary as ``bytes``. UUIDs are accepted as ``UUID`` or
@@ -40,44 +41,24 @@ fraction digits in times, ``Z`` or any UTC offset in ``timestamptz`` values. Unk
 
 from __future__ import annotations
 
-import math
-import re
-import struct
-import uuid
 from collections.abc import Callable, Mapping
-from datetime import date
-from decimal import Decimal, InvalidOperation
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from pyiceberg.conversions import from_bytes, to_bytes
 from pyiceberg.manifest import DATA_FILE_TYPE, DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema, index_by_id
 from pyiceberg.typedef import Record
-from pyiceberg.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FixedType,
-    FloatType,
-    IcebergType,
-    IntegerType,
-    LongType,
-    PrimitiveType,
-    StringType,
-    TimestampNanoType,
-    TimestampType,
-    TimestamptzNanoType,
-    TimestamptzType,
-    TimeType,
-    UnknownType,
-    UUIDType,
-)
-from pyiceberg.utils.decimal import unscaled_to_decimal
+from pyiceberg.types import DoubleType, FloatType, LongType, PrimitiveType, StringType, UnknownType
 
 from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+from airflow_provider_iceberg_exec.engine.meta.json_values import (
+    VALUE_ERRORS,
+    expect,
+    from_hex,
+    to_hex,
+    value_codec,
+)
 
 __all__ = ["data_file_from_json", "data_file_to_json"]
 
@@ -118,247 +99,6 @@ _V3_FIELDS: tuple[tuple[str, str, type], ...] = (
     ("content-size-in-bytes", "content_size_in_bytes", int),
 )
 
-# ---------------------------------------------------------------------------------------------------------
-# Single values: pyiceberg's Python representation <-> JSON single-value serialisation
-# ---------------------------------------------------------------------------------------------------------
-
-_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-_SECONDS_PER_DAY = 86_400
-_HEX_RE = re.compile(r"(?:[0-9A-Fa-f]{2})*")
-_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
-_CLOCK = r"(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
-_TIME_RE = re.compile(_CLOCK, re.ASCII)
-_TIMESTAMP_RE = re.compile(rf"(\d{{4}}-\d{{2}}-\d{{2}})T{_CLOCK}(Z|[+-]\d{{2}}:\d{{2}})?", re.ASCII)
-_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def _expect(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
-    # bool is an int in Python but never a JSON number here.
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
-        raise TypeError(f"expected {what}, got {type(value).__name__}")
-    return value
-
-
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _hex(raw: bytes) -> str:
-    return raw.hex().upper()
-
-
-def _unhex(text: Any) -> bytes:
-    if not isinstance(text, str) or not _HEX_RE.fullmatch(text):
-        raise ValueError(f"expected a hex string, got {text!r}")
-    return bytes.fromhex(text)
-
-
-def _check_bits(value: int, bits: int) -> int:
-    if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
-        raise ValueError(f"{value} does not fit in {bits} bits")
-    return value
-
-
-def _days_text(days: int) -> str:
-    return date.fromordinal(days + _EPOCH_ORDINAL).isoformat()
-
-
-def _clock_text(units: int, digits: int) -> str:
-    seconds, fraction = divmod(units, 10**digits)
-    minutes, second = divmod(seconds, 60)
-    hour, minute = divmod(minutes, 60)
-    return f"{hour:02d}:{minute:02d}:{second:02d}.{fraction:0{digits}d}"
-
-
-def _clock_units(match: re.Match[str], first_group: int, digits: int) -> int:
-    hour, minute, second = (int(match.group(first_group + i)) for i in range(3))
-    if hour > 23 or minute > 59 or second > 59:
-        raise ValueError(f"invalid time of day in {match.group(0)!r}")
-    nanos = int((match.group(first_group + 3) or "").ljust(9, "0"))
-    divisor: int = 10 ** (9 - digits)
-    units, lost = divmod(nanos, divisor)
-    if lost:
-        raise ValueError(f"{match.group(0)!r} has more than {digits} fraction digits")
-    per_second: int = 10**digits
-    return ((hour * 60 + minute) * 60 + second) * per_second + units
-
-
-def _date_days(text: str) -> int:
-    if not _DATE_RE.fullmatch(text):
-        raise ValueError(f"expected YYYY-MM-DD, got {text!r}")
-    return date.fromisoformat(text).toordinal() - _EPOCH_ORDINAL
-
-
-def _encode_timestamp(value: int, digits: int, utc: bool) -> str:
-    days, units = divmod(value, _SECONDS_PER_DAY * 10**digits)
-    return f"{_days_text(days)}T{_clock_text(units, digits)}{'+00:00' if utc else ''}"
-
-
-def _decode_timestamp(text: str, digits: int, utc: bool) -> int:
-    match = _TIMESTAMP_RE.fullmatch(text)
-    if not match:
-        raise ValueError(f"expected YYYY-MM-DDTHH:MM:SS.f, got {text!r}")
-    offset = match.group(6)
-    if utc != (offset is not None):
-        raise ValueError(f"{text!r} {'lacks' if utc else 'must not have'} a UTC offset")
-    offset_seconds = 0
-    if offset and offset != "Z":
-        offset_seconds = (int(offset[1:3]) * 60 + int(offset[4:6])) * 60 * (-1 if offset[0] == "-" else 1)
-    per_second: int = 10**digits
-    local = _date_days(match.group(1)) * _SECONDS_PER_DAY * per_second + _clock_units(match, 2, digits)
-    return local - offset_seconds * per_second
-
-
-def _decimal_unscaled(value: Decimal, decimal_type: DecimalType) -> int:
-    # Exact integer arithmetic: Decimal.scaleb would round beyond the context's 28 digits.
-    sign, digits, exponent = value.as_tuple()
-    if not isinstance(exponent, int):
-        raise ValueError(f"decimal {value} is not finite")
-    unscaled = int("".join(map(str, digits)) or "0")
-    shift = exponent + decimal_type.scale
-    factor: int = 10 ** abs(shift)
-    if shift >= 0:
-        unscaled *= factor
-    else:
-        unscaled, rest = divmod(unscaled, factor)
-        if rest:
-            raise ValueError(f"decimal {value} has more than {decimal_type.scale} fraction digits")
-    if len(str(unscaled)) > decimal_type.precision:
-        raise ValueError(f"decimal {value} exceeds precision {decimal_type.precision}")
-    return -unscaled if sign else unscaled
-
-
-def _encode_decimal(decimal_type: DecimalType, value: Any) -> str:
-    unscaled = _decimal_unscaled(_expect(value, Decimal, "a Decimal"), decimal_type)
-    scale = decimal_type.scale
-    if scale <= 0:
-        return f"{unscaled}E+{-scale}" if scale else str(unscaled)
-    digits = str(abs(unscaled)).rjust(scale + 1, "0")
-    return f"{'-' if unscaled < 0 else ''}{digits[:-scale]}.{digits[-scale:]}"
-
-
-def _decode_decimal(decimal_type: DecimalType, value: Any) -> Decimal:
-    try:
-        parsed = Decimal(_expect(value, str, "a decimal string"))
-    except InvalidOperation:
-        raise ValueError(f"not a decimal: {value!r}") from None
-    return unscaled_to_decimal(_decimal_unscaled(parsed, decimal_type), decimal_type.scale)
-
-
-def _encode_float(_: Any, value: Any) -> float | str:
-    number = float(_expect(value, (float, int), "a float"))
-    if math.isfinite(number):
-        return number
-    return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
-
-
-def _decode_float(_: Any, value: Any) -> float:
-    if isinstance(value, str) and value in _NON_FINITE:
-        return _NON_FINITE[value]
-    return float(_expect(value, (float, int), "a number"))
-
-
-def _encode_uuid(_: Any, value: Any) -> str:
-    if isinstance(value, bytes):
-        return str(uuid.UUID(bytes=value))
-    return str(_expect(value, uuid.UUID, "a UUID"))
-
-
-def _encode_fixed(fixed_type: FixedType, value: Any) -> str:
-    if len(_expect(value, bytes, "bytes")) != len(fixed_type):
-        raise ValueError(f"{len(value)} bytes do not fit {fixed_type}")
-    return _hex(value)
-
-
-def _decode_fixed(fixed_type: FixedType, value: Any) -> bytes:
-    raw = _unhex(value)
-    if len(raw) != len(fixed_type):
-        raise ValueError(f"{len(raw)} bytes do not fit {fixed_type}")
-    return raw
-
-
-def _passthrough(_: Any, value: Any) -> Any:
-    # Partition fields whose source column was dropped: the type is gone, keep JSON scalars as they are.
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("a non-finite float of unknown type cannot be encoded")
-    return _expect(value, (bool, int, float, str), "a JSON scalar for a field of unknown type")
-
-
-class _Codec(NamedTuple):
-    encode: Callable[[Any, Any], Any]
-    decode: Callable[[Any, Any], Any]
-
-
-def _same_codec(kind: type, what: str) -> _Codec:
-    def code(_: Any, value: Any) -> Any:
-        return _expect(value, kind, what)
-
-    return _Codec(code, code)
-
-
-def _int_codec(bits: int) -> _Codec:
-    def code(_: Any, value: Any) -> int:
-        return _check_bits(_expect(value, int, "an integer"), bits)
-
-    return _Codec(code, code)
-
-
-def _temporal_codec(encode: Callable[[int], str], decode: Callable[[str], int]) -> _Codec:
-    return _Codec(
-        lambda _, value: encode(_expect(value, int, "an int (pyiceberg's physical value)")),
-        lambda _, value: decode(_expect(value, str, "a string")),
-    )
-
-
-def _timestamp_codec(digits: int, utc: bool) -> _Codec:
-    return _temporal_codec(
-        lambda value: _encode_timestamp(value, digits, utc), lambda text: _decode_timestamp(text, digits, utc)
-    )
-
-
-def _time_of_day(text: str) -> int:
-    match = _TIME_RE.fullmatch(text)
-    if not match:
-        raise ValueError(f"expected HH:MM:SS.ffffff, got {text!r}")
-    return _clock_units(match, 1, 6)
-
-
-def _time_text(micros: int) -> str:
-    if not 0 <= micros < _SECONDS_PER_DAY * 10**6:
-        raise ValueError(f"{micros} is not a time of day in microseconds")
-    return _clock_text(micros, 6)
-
-
-_CODECS: dict[type[IcebergType], _Codec] = {
-    BooleanType: _same_codec(bool, "a boolean"),
-    IntegerType: _int_codec(32),
-    LongType: _int_codec(64),
-    FloatType: _Codec(_encode_float, _decode_float),
-    DoubleType: _Codec(_encode_float, _decode_float),
-    DecimalType: _Codec(_encode_decimal, _decode_decimal),
-    DateType: _temporal_codec(_days_text, _date_days),
-    TimeType: _temporal_codec(_time_text, _time_of_day),
-    TimestampType: _timestamp_codec(6, utc=False),
-    TimestamptzType: _timestamp_codec(6, utc=True),
-    TimestampNanoType: _timestamp_codec(9, utc=False),
-    TimestamptzNanoType: _timestamp_codec(9, utc=True),
-    StringType: _same_codec(str, "a string"),
-    UUIDType: _Codec(_encode_uuid, lambda _, value: uuid.UUID(_expect(value, str, "a UUID string"))),
-    FixedType: _Codec(_encode_fixed, _decode_fixed),
-    BinaryType: _Codec(lambda _, value: _hex(_expect(value, bytes, "bytes")), lambda _, value: _unhex(value)),
-    UnknownType: _Codec(_passthrough, _passthrough),
-}
-
-# What a broken value or bound can raise inside the codecs and pyiceberg's conversions.
-_VALUE_ERRORS = (ValueError, TypeError, OverflowError, struct.error)
-
-
-def _codec(field_type: IcebergType) -> _Codec:
-    codec = _CODECS.get(type(field_type))
-    if codec is None:
-        raise TypeError(f"values of type {field_type} have no JSON form here")
-    return codec
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Bounds: bytes <-> typed JSON value, or raw hex when the typed form would not give back the same bytes
@@ -370,13 +110,13 @@ def _typed_bound(field_type: PrimitiveType | None, raw: bytes) -> Any:
     if field_type is None or isinstance(field_type, UnknownType):
         return None
     try:
-        codec = _codec(field_type)
+        codec = value_codec(field_type)
         value = codec.encode(field_type, from_bytes(field_type, raw))
         if isinstance(field_type, (FloatType, DoubleType)) and isinstance(value, str):
             return None  # NaN or infinity: REST numbers cannot carry it, so keep the exact bytes
         if to_bytes(field_type, codec.decode(field_type, value)) != raw:
             return None
-    except _VALUE_ERRORS:
+    except VALUE_ERRORS:
         return None
     return value
 
@@ -417,8 +157,9 @@ def _encode_partition(data_file: DataFile, spec: PartitionSpec, schema: Schema) 
     for pos, field in enumerate(fields):
         value = partition[pos]
         try:
-            values.append(None if value is None else _codec(field.field_type).encode(field.field_type, value))
-        except _VALUE_ERRORS as err:
+            encoded = None if value is None else value_codec(field.field_type).encode(field.field_type, value)
+            values.append(encoded)
+        except VALUE_ERRORS as err:
             raise _encode_error(
                 data_file, f"partition field {field.name!r} ({field.field_type}): {err}"
             ) from err
@@ -445,7 +186,7 @@ def _encode_bounds(
         value = _typed_bound(types.get(field_id), bytes(bound))
         target = raw if value is None else typed
         target["keys"].append(field_id)
-        target["values"].append(_hex(bytes(bound)) if value is None else value)
+        target["values"].append(to_hex(bytes(bound)) if value is None else value)
     doc[keys[0]] = typed
     if raw["keys"]:
         doc[keys[1]] = raw
@@ -494,6 +235,13 @@ def data_file_to_json(data_file: DataFile, spec: PartitionSpec, schema: Schema) 
         "file-size-in-bytes": data_file.file_size_in_bytes,
         "record-count": data_file.record_count,
     }
+    _encode_metrics(doc, data_file, schema)
+    _encode_optional_fields(doc, data_file)
+    return doc
+
+
+def _encode_metrics(doc: dict[str, Any], data_file: DataFile, schema: Schema) -> None:
+    """Add the count maps and the bounds that are set (bounds typed by ``schema``, else raw hex)."""
     for key, attribute in _COUNT_MAPS:
         if (counts := getattr(data_file, attribute)) is not None:
             doc[key] = _encode_count_map(data_file, key, counts)
@@ -501,8 +249,12 @@ def data_file_to_json(data_file: DataFile, spec: PartitionSpec, schema: Schema) 
     for key, raw_key, attribute in _BOUND_MAPS:
         if (bounds := getattr(data_file, attribute)) is not None:
             _encode_bounds(doc, (key, raw_key), bounds, types)
+
+
+def _encode_optional_fields(doc: dict[str, Any], data_file: DataFile) -> None:
+    """Add the other optional fields that are set: key metadata, offsets, ids, sort order, v3 fields."""
     if data_file.key_metadata is not None:
-        doc["key-metadata"] = _hex(bytes(data_file.key_metadata))
+        doc["key-metadata"] = to_hex(bytes(data_file.key_metadata))
     for key, value in (
         ("split-offsets", data_file.split_offsets),
         ("equality-ids", data_file.equality_ids),
@@ -514,7 +266,6 @@ def data_file_to_json(data_file: DataFile, spec: PartitionSpec, schema: Schema) 
     for key, name, _ in _V3_FIELDS:
         if (value := _v3_value(data_file, name)) is not None:
             doc[key] = value
-    return doc
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -543,7 +294,7 @@ class _Reader:
                 raise self.error(key, "is missing")
             return None
         try:
-            return _expect(value, kind, _JSON_KINDS[kind])
+            return expect(value, kind, _JSON_KINDS[kind])
         except TypeError as err:
             raise self.error(key, str(err)) from None
 
@@ -591,14 +342,14 @@ def _decode_bounds(
         if field_type is None:
             raise reader.error(key, f"field id {field_id} is not in the schema; its bound must be raw")
         try:
-            bounds[field_id] = to_bytes(field_type, _codec(field_type).decode(field_type, value))
-        except _VALUE_ERRORS as err:
+            bounds[field_id] = to_bytes(field_type, value_codec(field_type).decode(field_type, value))
+        except VALUE_ERRORS as err:
             raise reader.error(key, f"field id {field_id} ({field_type}): {err}") from None
     for field_id, value in raw or []:
         if field_id in bounds:
             raise reader.error(raw_key, f"field id {field_id} also has a typed bound in {key!r}")
         try:
-            bounds[field_id] = _unhex(value)
+            bounds[field_id] = from_hex(value)
         except ValueError as err:
             raise reader.error(raw_key, f"field id {field_id}: {err}") from None
     return bounds
@@ -615,9 +366,9 @@ def _decode_partition(reader: _Reader, spec: PartitionSpec, schema: Schema) -> R
     for pos, (field, value) in enumerate(zip(fields, values, strict=True)):
         try:
             decoded.append(
-                None if value is None else _codec(field.field_type).decode(field.field_type, value)
+                None if value is None else value_codec(field.field_type).decode(field.field_type, value)
             )
-        except _VALUE_ERRORS as err:
+        except VALUE_ERRORS as err:
             raise reader.error("partition", f"[{pos}] ({field.name}: {field.field_type}): {err}") from None
     return Record(*decoded)
 
@@ -688,7 +439,7 @@ def data_file_from_json(
         fields[attribute] = _decode_bounds(reader, key, raw_key, types)
     key_metadata = reader.get("key-metadata", str)
     try:
-        fields["key_metadata"] = None if key_metadata is None else _unhex(key_metadata)
+        fields["key_metadata"] = None if key_metadata is None else from_hex(key_metadata)
     except ValueError as err:
         raise reader.error("key-metadata", str(err)) from None
 

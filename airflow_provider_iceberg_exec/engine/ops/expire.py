@@ -21,6 +21,7 @@ staged as Parquet and anti-joined in DataFusion within the memory limit.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import os
 import random
@@ -29,17 +30,17 @@ from collections import Counter
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.commit.cleanup import ReferenceGuard, normalised_path
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.contracts import EXPIRE_SNAPSHOTS_RESULT, envelope
+from airflow_provider_iceberg_exec.engine.contracts import EXPIRE_SNAPSHOTS_RESULT, ExpireSnapshotsResult
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitConflictError,
     CommitStateUnknownError,
     ConfigurationError,
 )
-from airflow_provider_iceberg_exec.engine.io.session import datafusion_errors, track_resources
+from airflow_provider_iceberg_exec.engine.io.session import ExecutionStats, datafusion_errors, track_resources
 from airflow_provider_iceberg_exec.engine.meta.reachable import (
     PathNormalizer,
     ReferenceStager,
@@ -276,7 +277,7 @@ def expire_snapshots(
     max_concurrent_deletes: int = DEFAULT_MAX_CONCURRENT_DELETES,
     limits: ResourceLimits | None = None,
     now: datetime.datetime | None = None,
-) -> dict[str, Any]:
+) -> ExpireSnapshotsResult:
     """Spark's ``expire_snapshots``: expire snapshots and refs, then delete the files they alone reached.
 
     :param older_than: snapshots older than this expire (a duration ago such as ``"5d"``, a timestamp,
@@ -298,21 +299,108 @@ def expire_snapshots(
 
     >>> # expire_snapshots(table, older_than="7d", retain_last=10)
     """
-    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
-
     limits = limits or ResourceLimits()
     if max_concurrent_deletes < 1:
         raise ConfigurationError("max_concurrent_deletes must be >= 1")
     now = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
-    now_ms = int(now.timestamp() * 1000)
     older_than_ms = (
         int(parse_older_than(older_than, now).timestamp() * 1000) if older_than is not None else None
     )
     name = ".".join(table.name())
     started = time.monotonic()
     table.refresh()
+    plan, before, after = _expire_with_retries(
+        table,
+        name,
+        dry_run,
+        now_ms=int(now.timestamp() * 1000),
+        older_than_ms=older_than_ms,
+        retain_last=retain_last,
+        snapshot_ids=snapshot_ids,
+    )
+    outcomes: Counter[tuple[RefKind, str]] = Counter()
+    stats = None
+    if cleanup and not plan.empty:
+        outcomes, stats = _clean_up(table, before, after, dry_run, max_concurrent_deletes, limits)
+    counts = _deleted_counts(outcomes)
+    failed = sum(n for (_, outcome), n in outcomes.items() if outcome not in _NOT_FAILED)
+    result: ExpireSnapshotsResult = {
+        "schema": EXPIRE_SNAPSHOTS_RESULT,
+        "table": name,
+        "dry_run": dry_run,
+        "cleanup": cleanup,
+        "older_than": datetime.datetime.fromtimestamp(
+            plan.older_than_ms / 1000, tz=datetime.timezone.utc
+        ).isoformat(),
+        "older_than_ms": plan.older_than_ms,
+        "retain_last": plan.retain_last,
+        "snapshot_ids": sorted(snapshot_ids),
+        "expired_snapshot_ids": sorted(plan.snapshot_ids),
+        "expired_snapshot_count": len(plan.snapshot_ids),
+        "removed_refs": list(plan.refs),
+        "retained_snapshot_count": len(after.snapshots),
+        "metadata_location": None if dry_run else table.metadata_location,
+        "deleted_data_files_count": counts["deleted_data_files_count"],
+        "deleted_equality_delete_files_count": counts["deleted_equality_delete_files_count"],
+        "deleted_manifest_files_count": counts["deleted_manifest_files_count"],
+        "deleted_manifest_lists_count": counts["deleted_manifest_lists_count"],
+        "deleted_position_delete_files_count": counts["deleted_position_delete_files_count"],
+        "deleted_statistics_files_count": counts["deleted_statistics_files_count"],
+        "failed_delete_count": failed,
+        "kept_referenced_count": sum(n for (_, outcome), n in outcomes.items() if outcome == "referenced"),
+        "peak_rss_bytes": stats.peak_rss_bytes if stats else 0,
+        "spilled_bytes": stats.spilled_bytes if stats else 0,
+        "elapsed_seconds": round(time.monotonic() - started, 3),
+    }
+    log.info(
+        "%s: %s %d snapshot(s) and %d ref(s); %s %s file(s)%s",
+        name,
+        "would expire" if dry_run else "expired",
+        len(plan.snapshot_ids),
+        len(plan.refs),
+        "would delete" if dry_run else "deleted",
+        sum(counts.values()),
+        f", {failed} failed" if failed else "",
+    )
+    return result
+
+
+def _clean_up(
+    table: Table,
+    before: TableMetadata,
+    after: TableMetadata,
+    dry_run: bool,
+    workers: int,
+    limits: ResourceLimits,
+) -> tuple[Counter[tuple[RefKind, str]], ExecutionStats]:
+    """Delete the files ``before`` reaches and ``after`` does not, each chunk proven unreferenced by the
+    metadata of its moment; the outcomes by kind, and the resources the reachable-set difference used."""
+    outcomes: Counter[tuple[RefKind, str]] = Counter()
+    with track_resources(limits) as (spill_dir, stats), datafusion_errors():
+        candidates = _unreachable_files(table.io, before, after, limits, spill_dir)
+        guard = None if dry_run else ReferenceGuard(table, after)
+        outcomes.update(_delete(table.io, candidates, dry_run, workers, guard))
+    return outcomes, stats
+
+
+def _expire_with_retries(
+    table: Table,
+    name: str,
+    dry_run: bool,
+    *,
+    now_ms: int,
+    older_than_ms: int | None,
+    retain_last: int | None,
+    snapshot_ids: Sequence[int],
+) -> tuple[ExpiryPlan, TableMetadata, TableMetadata]:
+    """Plan the expiry on the current metadata and commit it, planning again after a conflict (up to
+    ``commit.retry.num-retries`` times); return the plan and the metadata before and after it.
+
+    In a dry run nothing is committed: "after" is the staged transaction's metadata.
+    """
     retries = max(0, _int_property(table.metadata.properties, "commit.retry.num-retries", 4))
-    for attempt in range(retries + 1):
+    attempt = 0
+    while True:
         if attempt:
             table.refresh()
         before = table.metadata
@@ -327,76 +415,47 @@ def expire_snapshots(
         )
         if plan.empty:
             log.info("%s: no snapshot or ref expires", name)
-            after = before
-            break
+            return plan, before, before
         tx = _stage_expiry(table, plan)
         if dry_run:
-            after = tx.table_metadata
-            break
-        try:
-            tx.commit_transaction()
-        except CommitFailedException as err:
-            if attempt == retries:
-                raise CommitConflictError(f"expiring snapshots of {name} kept conflicting: {err}") from err
-            wait_ms = min(100 * 2**attempt, 60_000)
-            log.warning("expiry of %s conflicted (%s); retrying in %d ms", name, err, wait_ms)
-            time.sleep((wait_ms + random.uniform(0, wait_ms / 10)) / 1000)
-            continue
-        except CommitStateUnknownException as err:
-            raise CommitStateUnknownError(
-                f"the catalog did not confirm the expiry of {name}: {err}; check the table, then run again"
-            ) from err
-        after = table.refresh().metadata
-        break
+            return plan, before, tx.table_metadata
+        if _committed(tx, name, attempt, retries):
+            return plan, before, table.refresh().metadata
+        attempt += 1
+
+
+def _committed(tx: Transaction, name: str, attempt: int, retries: int) -> bool:
+    """Commit ``tx``; after a conflict, back off and return False (so the caller re-plans) unless it was
+    the last attempt.
+
+    :raises CommitConflictError: when the last attempt conflicted too.
+    :raises CommitStateUnknownError: when the catalog's answer is unknown.
+    """
+    from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+    try:
+        tx.commit_transaction()
+    except CommitFailedException as err:
+        if attempt == retries:
+            raise CommitConflictError(f"expiring snapshots of {name} kept conflicting: {err}") from err
+        wait_ms = min(100 * 2**attempt, 60_000)
+        log.warning("expiry of %s conflicted (%s); retrying in %d ms", name, err, wait_ms)
+        time.sleep((wait_ms + random.uniform(0, wait_ms / 10)) / 1000)
+        return False
+    except CommitStateUnknownException as err:
+        raise CommitStateUnknownError(
+            f"the catalog did not confirm the expiry of {name}: {err}; check the table, then run again"
+        ) from err
+    return True
+
+
+def _deleted_counts(outcomes: Mapping[tuple[RefKind, str], int]) -> dict[str, int]:
+    """Java's ``deleted_*_count`` columns: the files deleted, by result counter."""
     counts = dict.fromkeys(sorted(set(_RESULT_NAMES.values())), 0)
-    outcomes: Counter[tuple[RefKind, str]] = Counter()
-    stats = None
-    if cleanup and not plan.empty:
-        with track_resources(limits) as (spill_dir, stats), datafusion_errors():
-            candidates = _unreachable_files(table.io, before, after, limits, spill_dir)
-            guard = None if dry_run else ReferenceGuard(table, after)
-            outcomes.update(_delete(table.io, candidates, dry_run, max_concurrent_deletes, guard))
     for (kind, outcome), number in outcomes.items():
         if outcome == "deleted":
             counts[_RESULT_NAMES[kind]] += number
-    kept = sum(n for (_, outcome), n in outcomes.items() if outcome == "referenced")
-    failed = sum(n for (_, outcome), n in outcomes.items() if outcome not in _NOT_FAILED)
-    result = envelope(
-        EXPIRE_SNAPSHOTS_RESULT,
-        {
-            "table": name,
-            "dry_run": dry_run,
-            "cleanup": cleanup,
-            "older_than": datetime.datetime.fromtimestamp(
-                plan.older_than_ms / 1000, tz=datetime.timezone.utc
-            ).isoformat(),
-            "older_than_ms": plan.older_than_ms,
-            "retain_last": plan.retain_last,
-            "snapshot_ids": sorted(snapshot_ids),
-            "expired_snapshot_ids": sorted(plan.snapshot_ids),
-            "expired_snapshot_count": len(plan.snapshot_ids),
-            "removed_refs": list(plan.refs),
-            "retained_snapshot_count": len(after.snapshots),
-            "metadata_location": None if dry_run else table.metadata_location,
-            **counts,
-            "failed_delete_count": failed,
-            "kept_referenced_count": kept,
-            "peak_rss_bytes": stats.peak_rss_bytes if stats else 0,
-            "spilled_bytes": stats.spilled_bytes if stats else 0,
-            "elapsed_seconds": round(time.monotonic() - started, 3),
-        },
-    )
-    log.info(
-        "%s: %s %d snapshot(s) and %d ref(s); %s %s file(s)%s",
-        name,
-        "would expire" if dry_run else "expired",
-        len(plan.snapshot_ids),
-        len(plan.refs),
-        "would delete" if dry_run else "deleted",
-        sum(counts.values()),
-        f", {failed} failed" if failed else "",
-    )
-    return result
+    return counts
 
 
 def _unreachable_files(
@@ -482,33 +541,9 @@ def _delete(
     commit that landed after the expiry may reference one again): those are kept, as ``"referenced"``.
     """
     bulk = None if dry_run else bulk_remover(io)
-
-    def one(item: tuple[str, RefKind]) -> tuple[RefKind, str]:
-        uri, kind = item
-        if dry_run:
-            return kind, "deleted"
-        fs, path = filesystem_for(io, uri)
-        try:
-            fs.delete_file(path)
-        except FileNotFoundError:
-            return kind, "missing"
-        except OSError as err:
-            log.warning("cannot delete %s: %s", uri, err)
-            return kind, "failed"
-        return kind, "deleted"
-
-    def chunks() -> Iterator[list[tuple[str, RefKind]]]:
-        chunk: list[tuple[str, RefKind]] = []
-        for item in files:
-            chunk.append(item)
-            if len(chunk) >= _DELETE_CHUNK:
-                yield chunk
-                chunk = []
-        if chunk:
-            yield chunk
-
+    one = functools.partial(_delete_one, io, dry_run)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="iceberg-exec-expire") as pool:
-        for candidates in chunks():
+        for candidates in _chunks(files, _DELETE_CHUNK):
             chunk = yield from _unreferenced(candidates, guard)
             if bulk is not None:
                 try:
@@ -519,3 +554,31 @@ def _delete(
                     yield from ((kind, "deleted") for _, kind in chunk)
                     continue
             yield from pool.map(one, chunk)
+
+
+def _delete_one(io: FileIO, dry_run: bool, item: tuple[str, RefKind]) -> tuple[RefKind, str]:
+    """Delete one file (or, in a dry run, count it); its outcome."""
+    uri, kind = item
+    if dry_run:
+        return kind, "deleted"
+    fs, path = filesystem_for(io, uri)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        return kind, "missing"
+    except OSError as err:
+        log.warning("cannot delete %s: %s", uri, err)
+        return kind, "failed"
+    return kind, "deleted"
+
+
+def _chunks(files: Iterable[tuple[str, RefKind]], size: int) -> Iterator[list[tuple[str, RefKind]]]:
+    """``files`` in lists of ``size``, streamed."""
+    chunk: list[tuple[str, RefKind]] = []
+    for item in files:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

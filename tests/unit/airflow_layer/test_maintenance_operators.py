@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_iceberg_exec.engine import errors
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.ops.orphans import IncompleteListingError
+from airflow_provider_iceberg_exec.engine.errors import IncompleteListingError
 from airflow_provider_iceberg_exec.operators.maintenance import (
     ExpireSnapshotsOperator,
     OrphanDeleteOperator,

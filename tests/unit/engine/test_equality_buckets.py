@@ -10,7 +10,7 @@ import pytest
 from datafusion import SessionContext
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_provider_iceberg_exec.engine.deletes import apply as deletes
+from airflow_provider_iceberg_exec.engine.deletes import equality as deletes
 
 KEY_FIELDS = [
     NestedField(1, deletes._key(1), LongType(), required=False),
