@@ -1,0 +1,96 @@
+"""The one-call compaction: plan, rewrite every group and commit, as Spark's ``rewrite_data_files``."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, uris_of
+from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits
+from airflow_provider_iceberg_exec.engine.contracts import (
+    CompactionResult,
+    PlanSummary,
+    RewriteResult,
+)
+from airflow_provider_iceberg_exec.engine.errors import (
+    CommitStateUnknownError,
+    IcebergExecError,
+)
+from airflow_provider_iceberg_exec.engine.ops.compaction.commit import commit_compaction, landed_result
+from airflow_provider_iceberg_exec.engine.ops.compaction.plan import plan_compaction
+from airflow_provider_iceberg_exec.engine.ops.compaction.rewrite import execute_rewrite_task
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+
+def compact(
+    table: Table,
+    *,
+    where: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    strategy: str = "binpack",
+    sort_order: str | None = None,
+    branch: str = "main",
+    limits: ResourceLimits | None = None,
+    commit_id: str | None = None,
+    only_files_with_equality_deletes: bool = False,
+) -> CompactionResult:
+    """Plan, rewrite every group and commit: Spark's ``rewrite_data_files`` in one call.
+
+    Groups run one after another, each bounded by ``limits``. Without partial progress a failing group
+    removes what every group wrote and raises; with it, the failure is counted and the rest commit.
+
+    >>> # compact(table, options={"target-file-size-bytes": "134217728"}, limits=ResourceLimits())
+    """
+    limits = limits or ResourceLimits()
+    if commit_id is not None and (landed := landed_result(table, branch, commit_id)) is not None:
+        # A retry after the commit landed: re-planning would find the work done (or, after a partial
+        # landing, plan new batches whose ids the landed ones already carry). Report what landed.
+        return landed
+    plan = plan_compaction(
+        table,
+        where=where,
+        options=options,
+        strategy=strategy,
+        sort_order=sort_order,
+        branch=branch,
+        only_files_with_equality_deletes=only_files_with_equality_deletes,
+    )
+    resolved = CompactionOptions.from_options(plan["options"])
+    results: list[RewriteResult] = []
+    failed_files = 0
+    try:
+        for number, task in enumerate(plan["tasks"], start=1):
+            log.info(
+                "rewriting group %d of %d (%s, %d files)",
+                number,
+                len(plan["tasks"]),
+                task["group_id"],
+                len(task["data_files"]),
+            )
+            try:
+                results.append(execute_rewrite_task(table, task, limits))
+            except IcebergExecError:
+                if not resolved.partial_progress_enabled:
+                    raise
+                failed_files += len(task["data_files"])
+                log.exception("group %s failed; continuing under partial progress", task["group_id"])
+        outcome = commit_compaction(
+            table, results, commit_id=commit_id or uuid.uuid4().hex, failed_data_files_count=failed_files
+        )
+    except CommitStateUnknownError:
+        raise  # the files may be live now: never delete them
+    except BaseException:
+        # Nothing this call wrote can be committed any more; what the table does not reference goes.
+        written = [uri for done in results for uri in uris_of(done["added_data_files"])]
+        delete_unreferenced(table, written, what="output of a failed compaction")
+        raise
+    outcome["plan"] = PlanSummary(
+        base_snapshot_id=plan["base_snapshot_id"], groups=len(plan["tasks"]), skipped=len(plan["skipped"])
+    )
+    return outcome
