@@ -61,7 +61,9 @@ def parse_byte_size(text: str | int) -> int:
         from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 
         raise ConfigurationError(f"not a byte size: {text!r}; use {_FORMS}")
-    whole, fraction, unit = match.groups()
-    factor = _FACTORS[(unit or "").upper()]
+    whole: str = match[1]
+    fraction: str = match[2] or ""
+    factor = _FACTORS[(match[3] or "").upper()]
+    scale: int = 10 ** len(fraction)
     # In integers, so that a size is exact however large (a float has 53 bits).
-    return int(whole) * factor + int(fraction or "0") * factor // 10 ** len(fraction or "")
+    return int(whole) * factor + int(fraction or "0") * factor // scale
