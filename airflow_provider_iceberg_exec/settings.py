@@ -9,8 +9,9 @@ never at import time, so that tests and deployments can change the config throug
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING
+
+from airflow_provider_iceberg_exec.sizes import parse_byte_size
 
 if TYPE_CHECKING:
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
@@ -73,24 +74,6 @@ def payload_file_threshold() -> int:
     return int(_conf_get("payload_file_threshold", str(_DEFAULT_PAYLOAD_FILE_THRESHOLD)))
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-
-
-def _byte_size(memory_limit: str | int) -> int:
-    """Parse a size like the engine's ``parse_byte_size``, without importing the engine (DAG parsing).
-
-    :raises ValueError: when the text is not a size.
-    """
-    if isinstance(memory_limit, int):
-        return memory_limit
-    match = _SIZE.match(memory_limit)
-    if not match:
-        raise ValueError(f"not a byte size: {memory_limit!r}; use a number and a unit, e.g. 256MiB")
-    number, unit = match.groups()
-    return int(float(number) * _UNITS[unit.upper()])
-
-
 def pool_slots_for(memory_limit: str | int, *, per_gib: float | None = None) -> int:
     """Pool slots for a task with ``memory_limit``: ``ceil(GiB * slots_per_gib)``, at least 1.
 
@@ -100,12 +83,13 @@ def pool_slots_for(memory_limit: str | int, *, per_gib: float | None = None) -> 
 
     Called while DAG files are parsed, so it imports nothing heavy.
 
-    :param memory_limit: bytes, or a size with a binary unit such as ``"2GiB"``.
+    :param memory_limit: bytes, or a size such as ``"2GiB"``
+        (:func:`~airflow_provider_iceberg_exec.sizes.parse_byte_size`).
     :param per_gib: slots per GiB; defaults to ``[iceberg_exec] slots_per_gib``.
-    :raises ValueError: when ``memory_limit`` is not a size.
+    :raises ConfigurationError: (a ``ValueError``) when ``memory_limit`` is not a size.
     """
     per = slots_per_gib() if per_gib is None else per_gib
-    return max(1, math.ceil(_byte_size(memory_limit) / _GIB * per))
+    return max(1, math.ceil(parse_byte_size(memory_limit) / _GIB * per))
 
 
 def default_pool_slots() -> int:
@@ -119,7 +103,7 @@ def resource_limits(memory_limit: str | int | None = None) -> ResourceLimits:
     :param memory_limit: the task's limit; ``None`` or ``""`` means ``[iceberg_exec] memory_limit``.
     :raises ConfigurationError: when the limit is not a size or is below the engine's floor.
     """
-    from airflow_provider_iceberg_exec.engine.config import ResourceLimits, parse_byte_size
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 
     if memory_limit is None or (isinstance(memory_limit, str) and not memory_limit.strip()):
         memory_limit = default_memory_limit()

@@ -1,19 +1,22 @@
 """Frozen configuration objects of the engine: resource limits and compaction options.
 
 Everything here is plain data, validated on construction, so that a bad value fails before any file is
-read or written.
+read or written. :func:`parse_byte_size`, the engine's parser of sizes such as ``256MiB``, is the
+provider's one size grammar (:mod:`airflow_provider_iceberg_exec.sizes`), so that the engine, the CLI and
+the Airflow layer accept and refuse the same strings.
 """
 
 from __future__ import annotations
 
 import enum
+import operator
 import os
-import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+from airflow_provider_iceberg_exec.sizes import parse_byte_size
 
 __all__ = [
     "MIN_MEMORY_LIMIT_BYTES",
@@ -29,32 +32,6 @@ GiB = 1024 * MiB
 
 #: Below this the writers' and readers' fixed buffers no longer fit beside a useful sort budget.
 MIN_MEMORY_LIMIT_BYTES = 32 * MiB
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "K": 1024, "M": MiB, "G": GiB, "T": 1024 * GiB}
-
-
-def parse_byte_size(text: str | int) -> int:
-    """Parse a byte size such as ``256MiB``, ``1G`` or ``1048576``.
-
-    :param text: a number of bytes, optionally with a binary unit (K, M, G, T; ``iB`` or ``B`` optional).
-    :returns: the size in bytes.
-    :raises ConfigurationError: when the text is not a size.
-
-    >>> parse_byte_size("256MiB")
-    268435456
-    >>> parse_byte_size(1024)
-    1024
-    """
-    if isinstance(text, int):
-        return text
-    match = _SIZE_RE.match(text)
-    if not match:
-        raise ConfigurationError(
-            f"not a byte size: {text!r}; use a number with an optional unit, e.g. 256MiB"
-        )
-    number, unit = match.groups()
-    return int(float(number) * _UNITS[(unit or "")[:1].upper()])
 
 
 @dataclass(frozen=True)
@@ -159,37 +136,11 @@ class CompactionOptions:
     }
 
     def __post_init__(self) -> None:
-        if self.target_file_size_bytes <= 0:
-            raise ConfigurationError("target-file-size-bytes must be > 0")
-        if self.min_file_size_bytes < 0:
-            raise ConfigurationError("min-file-size-bytes must be >= 0")
-        if not self.min_file_size_bytes <= self.target_file_size_bytes <= self.max_file_size_bytes:
-            raise ConfigurationError(
-                "need min-file-size-bytes <= target-file-size-bytes <= max-file-size-bytes, got "
-                f"{self.min_file_size_bytes}, {self.target_file_size_bytes}, {self.max_file_size_bytes}"
-            )
-        if self.min_input_files < 1:
-            raise ConfigurationError("min-input-files must be >= 1")
-        if self.max_file_group_size_bytes <= 0:
-            raise ConfigurationError("max-file-group-size-bytes must be > 0")
-        if self.max_file_group_input_files < 1:
-            raise ConfigurationError("max-file-group-input-files must be >= 1")
-        if self.max_files_to_rewrite is not None and self.max_files_to_rewrite < 0:
-            raise ConfigurationError("max-files-to-rewrite must be >= 0")
-        if self.delete_file_threshold < 0:
-            raise ConfigurationError("delete-file-threshold must be >= 0")
-        # Written so that NaN fails too (every comparison with NaN is false).
-        if not 0 < self.delete_ratio_threshold <= 1:
-            raise ConfigurationError(
-                f"delete-ratio-threshold must be in (0, 1], got {self.delete_ratio_threshold}"
-            )
-        if self.partial_progress_max_commits < 1:
-            raise ConfigurationError("partial-progress.max-commits must be >= 1")
-        if (
-            self.partial_progress_max_failed_commits is not None
-            and self.partial_progress_max_failed_commits < 0
-        ):
-            raise ConfigurationError("partial-progress.max-failed-commits must be >= 0")
+        """Refuse the options with the first of ``_COMPACTION_CHECKS`` that fails."""
+        for check in _COMPACTION_CHECKS:
+            problem = check(self)
+            if problem is not None:
+                raise ConfigurationError(problem)
 
     @property
     def max_failed_commits(self) -> int:
@@ -255,6 +206,58 @@ class CompactionOptions:
             else:
                 out[name] = str(value)
         return out
+
+
+#: one check of CompactionOptions: the problem in one line, or None
+_Check = Callable[[CompactionOptions], str | None]
+
+
+def _bound(attr: str, relation: str, bound: int, *, optional: bool = False) -> _Check:
+    """A check that option ``attr`` is ``relation bound`` (``None`` passes when ``optional``)."""
+    fails = operator.le if relation == ">" else operator.lt
+
+    def check(options: CompactionOptions) -> str | None:
+        value = getattr(options, attr)
+        if (optional and value is None) or not fails(value, bound):
+            return None
+        return f"{_OPTION_NAMES[attr]} must be {relation} {bound}"
+
+    return check
+
+
+def _file_sizes_in_order(options: CompactionOptions) -> str | None:
+    """``min-file-size-bytes <= target-file-size-bytes <= max-file-size-bytes``."""
+    if options.min_file_size_bytes <= options.target_file_size_bytes <= options.max_file_size_bytes:
+        return None
+    return (
+        "need min-file-size-bytes <= target-file-size-bytes <= max-file-size-bytes, got "
+        f"{options.min_file_size_bytes}, {options.target_file_size_bytes}, {options.max_file_size_bytes}"
+    )
+
+
+def _delete_ratio_in_range(options: CompactionOptions) -> str | None:
+    """``delete-ratio-threshold`` in (0, 1], written so that NaN fails too (every comparison is false)."""
+    if 0 < options.delete_ratio_threshold <= 1:
+        return None
+    return f"delete-ratio-threshold must be in (0, 1], got {options.delete_ratio_threshold}"
+
+
+_OPTION_NAMES = {attr: name for name, attr in CompactionOptions.NAMES.items()}
+
+#: CompactionOptions' checks, in the order they run: the first that fails is the error raised.
+_COMPACTION_CHECKS: tuple[_Check, ...] = (
+    _bound("target_file_size_bytes", ">", 0),
+    _bound("min_file_size_bytes", ">=", 0),
+    _file_sizes_in_order,
+    _bound("min_input_files", ">=", 1),
+    _bound("max_file_group_size_bytes", ">", 0),
+    _bound("max_file_group_input_files", ">=", 1),
+    _bound("max_files_to_rewrite", ">=", 0, optional=True),
+    _bound("delete_file_threshold", ">=", 0),
+    _delete_ratio_in_range,
+    _bound("partial_progress_max_commits", ">=", 1),
+    _bound("partial_progress_max_failed_commits", ">=", 0, optional=True),
+)
 
 
 def _convert(name: str, raw: object, type_name: str) -> object:

@@ -104,8 +104,17 @@ def catalog_config_from_connection(conn: Connection) -> CatalogConfig:
     :param conn: an ``iceberg_exec`` connection.
     :raises ConfigurationError: when an extra is neither a form field nor an allowlisted property.
     """
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig
+
+    name, properties = _extra_properties(conn)
+    properties.update(_field_properties(conn, properties.get("type")))
+    return CatalogConfig(name, properties)
+
+
+def _extra_properties(conn: Connection) -> tuple[str, dict[str, str]]:
+    """The catalog name and the properties of ``conn``'s extras; an extra off the allowlist is refused."""
     from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
-    from airflow_provider_iceberg_exec.engine.io.catalog import ALLOWED_PROPERTY_PATTERNS, CatalogConfig
+    from airflow_provider_iceberg_exec.engine.io.catalog import ALLOWED_PROPERTY_PATTERNS
 
     properties: dict[str, str] = {}
     name = conn.conn_id
@@ -116,20 +125,32 @@ def catalog_config_from_connection(conn: Connection) -> CatalogConfig:
             continue
         if key == "catalog_name":
             name = str(value)
-        elif key in FORM_FIELDS:
-            properties[FORM_FIELDS[key]] = _as_property(value)
-        elif key in _ALIASES:
-            properties[_ALIASES[key]] = _as_property(value)
-        elif _allowed(key):
-            properties[key] = _as_property(value)
-        else:
+            continue
+        prop = _property_of(key)
+        if prop is None:
             refused.append(key)
+        else:
+            properties[prop] = _as_property(value)
     if refused:
         raise ConfigurationError(
             f"connection {conn.conn_id!r}: extra keys {sorted(refused)} are not allowed; use the form fields "
             f"{sorted(FORM_FIELDS)} or PyIceberg properties matching {list(ALLOWED_PROPERTY_PATTERNS)}"
         )
-    catalog_type = properties.get("type")
+    return name, properties
+
+
+def _property_of(key: str) -> str | None:
+    """The PyIceberg property an extra ``key`` sets: a form field's, an alias's, or an allowlisted key."""
+    if key in FORM_FIELDS:
+        return FORM_FIELDS[key]
+    if key in _ALIASES:
+        return _ALIASES[key]
+    return key if _allowed(key) else None
+
+
+def _field_properties(conn: Connection, catalog_type: str | None) -> dict[str, str]:
+    """``uri``, ``warehouse``, and ``credential`` or ``token``, from ``conn``'s fields (over any extra)."""
+    properties: dict[str, str] = {}
     uri = _uri(conn, catalog_type)
     if uri:
         properties["uri"] = uri
@@ -140,7 +161,7 @@ def catalog_config_from_connection(conn: Connection) -> CatalogConfig:
         properties["credential"] = f"{conn.login}:{conn.password}"
     elif conn.password and not conn.login:
         properties["token"] = conn.password
-    return CatalogConfig(name, properties)
+    return properties
 
 
 def _allowed(key: str) -> bool:

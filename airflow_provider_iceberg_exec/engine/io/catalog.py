@@ -204,25 +204,27 @@ def catalog_errors(name: str) -> Iterator[None]:
         raise CatalogUnavailableError(f"catalog {name!r} failed: {first_line(err)}") from err
     except Exception as err:
         # A SQL catalog opens its database here; SQLAlchemy's errors would otherwise surface as
-        # tracebacks. Connection failures are transient, the rest is configuration.
+        # tracebacks.
         if not type(err).__module__.startswith("sqlalchemy"):
             raise
-        from sqlalchemy.exc import DBAPIError, OperationalError
-        from sqlalchemy.exc import TimeoutError as PoolTimeout
+        raise _database_error(name, err) from err
 
-        if is_locked(err):
-            raise CommitConflictError(
-                f"the database of catalog {name!r} is locked by another writer (database is locked); "
-                "retry later"
-            ) from err
 
-        if isinstance(err, (OperationalError, PoolTimeout)) or (
-            isinstance(err, DBAPIError) and err.connection_invalidated
-        ):
-            raise CatalogUnavailableError(
-                f"cannot reach the database of catalog {name!r}: {first_line(err)}"
-            ) from err
-        raise ConfigurationError(f"cannot open the database of catalog {name!r}: {first_line(err)}") from err
+def _database_error(name: str, err: Exception) -> IcebergExecError:
+    """The engine error for a SQL catalog's SQLAlchemy error ``err``: a lock is a conflict (retry),
+    a connection failure is transient, the rest is configuration."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    if is_locked(err):
+        return CommitConflictError(
+            f"the database of catalog {name!r} is locked by another writer (database is locked); retry later"
+        )
+    if isinstance(err, (OperationalError, PoolTimeout)) or (
+        isinstance(err, DBAPIError) and err.connection_invalidated
+    ):
+        return CatalogUnavailableError(f"cannot reach the database of catalog {name!r}: {first_line(err)}")
+    return ConfigurationError(f"cannot open the database of catalog {name!r}: {first_line(err)}")
 
 
 def refresh_table(table: Table) -> Table:

@@ -220,6 +220,7 @@ def _gcs_kwargs(bucket: str, props: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _azure_kwargs(host: str, props: Mapping[str, str]) -> dict[str, Any]:
+    """``MicrosoftAzure``'s arguments: the container and account, then credentials, then endpoints."""
     # abfss://container@account.dfs.core.windows.net/path: the container, and the account unless given.
     container, _, account_host = host.partition("@")
     kwargs: dict[str, Any] = {"container_name": container}
@@ -229,6 +230,15 @@ def _azure_kwargs(host: str, props: Mapping[str, str]) -> dict[str, Any]:
         account = account_host.split(".", 1)[0]
     if account:
         kwargs["account"] = account
+    kwargs.update(_azure_credentials(props, connection))
+    kwargs.update(_azure_endpoints(props, connection))
+    return kwargs
+
+
+def _azure_credentials(props: Mapping[str, str], connection: Mapping[str, str]) -> dict[str, Any]:
+    """An account key, a SAS token and a service principal, each from the properties or the connection
+    string (the properties win)."""
+    kwargs: dict[str, Any] = {}
     key = _first(props, "adls.account-key") or connection.get("accountkey")
     if key:
         kwargs["access_key"] = key
@@ -242,6 +252,12 @@ def _azure_kwargs(host: str, props: Mapping[str, str]) -> dict[str, Any]:
                 "give all of adls.client-id, adls.client-secret and adls.tenant-id, or none"
             )
         kwargs["client_id"], kwargs["client_secret"], kwargs["tenant_id"] = principal
+    return kwargs
+
+
+def _azure_endpoints(props: Mapping[str, str], connection: Mapping[str, str]) -> dict[str, Any]:
+    """The emulator and plain-HTTP switches; a custom authority is refused (DataFusion cannot reach it)."""
+    kwargs: dict[str, Any] = {}
     if connection.get("usedevelopmentstorage", "").lower() == "true":
         kwargs["use_emulator"] = True
     schemes = {_first(props, "adls.blob-storage-scheme"), _first(props, "adls.dfs-storage-scheme")}

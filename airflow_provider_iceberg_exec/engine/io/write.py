@@ -234,35 +234,46 @@ class RollingDataFileWriter:
         while batch.num_rows:
             if current is None:
                 current = self._open(partition_key)
-            ratio = self._ratio()
-            room = self._target - current.stream.tell() - current.buffered_bytes * ratio
-            expected = batch.nbytes * ratio
-            if expected <= room:
-                take = batch.num_rows
-            else:
-                take = max(1, int(batch.num_rows * max(room, 0.0) / expected))
-            file_full = take < batch.num_rows
-            first_group_cap = self._target / 8 if self._uncompressed_total == 0 else self._row_group_bytes
-            group_limit = min(self._row_group_bytes, first_group_cap)
-            # Cut the batch where the row group is full too, so that a row group (and the memory it
-            # buffers) does not overshoot row-group-size-bytes by up to a whole batch.
-            group_room = group_limit - current.buffered_bytes
-            if batch.slice(0, take).nbytes > group_room:
-                group_take = max(1, int(batch.num_rows * max(group_room, 0.0) / max(batch.nbytes, 1)))
-                if group_take < take:
-                    take, file_full = group_take, False
+            take, file_full, group_limit = self._cut(current, batch)
             piece = batch.slice(0, take)
             batch = batch.slice(take)
-            current.buffered.append(piece)
-            current.buffered_bytes += piece.nbytes
-            current.rows += piece.num_rows
-            if self._has_floats:
-                _add_nan_counts(self._arrow_schema, piece, current.nan_counts)
+            self._buffer(current, piece)
             if current.buffered_bytes >= group_limit or (batch.num_rows and not file_full):
                 self._flush(current)
             if file_full or current.stream.tell() + current.buffered_bytes * self._ratio() >= self._target:
                 self._close_current()
                 current = None
+
+    def _cut(self, current: _OpenFile, batch: pa.RecordBatch) -> tuple[int, bool, float]:
+        """How many rows of ``batch`` go into ``current`` now, whether that fills the file, and the
+        row-group limit: the rows that fit the file's target size (by the compression ratio so far),
+        cut again where the row group is full."""
+        ratio = self._ratio()
+        room = self._target - current.stream.tell() - current.buffered_bytes * ratio
+        expected = batch.nbytes * ratio
+        if expected <= room:
+            take = batch.num_rows
+        else:
+            take = max(1, int(batch.num_rows * max(room, 0.0) / expected))
+        file_full = take < batch.num_rows
+        first_group_cap = self._target / 8 if self._uncompressed_total == 0 else self._row_group_bytes
+        group_limit = min(self._row_group_bytes, first_group_cap)
+        # Cut the batch where the row group is full too, so that a row group (and the memory it
+        # buffers) does not overshoot row-group-size-bytes by up to a whole batch.
+        group_room = group_limit - current.buffered_bytes
+        if batch.slice(0, take).nbytes > group_room:
+            group_take = max(1, int(batch.num_rows * max(group_room, 0.0) / max(batch.nbytes, 1)))
+            if group_take < take:
+                take, file_full = group_take, False
+        return take, file_full, group_limit
+
+    def _buffer(self, current: _OpenFile, piece: pa.RecordBatch) -> None:
+        """Add ``piece`` to ``current``'s row group in memory, with its rows' NaN counts."""
+        current.buffered.append(piece)
+        current.buffered_bytes += piece.nbytes
+        current.rows += piece.num_rows
+        if self._has_floats:
+            _add_nan_counts(self._arrow_schema, piece, current.nan_counts)
 
     def _open(self, partition_key: PartitionKey | None) -> _OpenFile:
         self._file_number += 1
