@@ -141,14 +141,9 @@ class CompactionPlanOperator(BaseOperator):
                 only_files_with_equality_deletes=resolving,
             )
             _log_plan(self, plan, resolving=resolving)
-            tasks = [dict(task) for task in plan["tasks"]]
+            threshold = _threshold(self.payload_file_threshold)
             return stage_task_specs(
-                self,
-                context,
-                table,
-                tasks,
-                threshold=_threshold(self.payload_file_threshold),
-                part_prefix="group-",
+                self, context, table, plan["tasks"], threshold=threshold, part_prefix="group-"
             )
 
 
@@ -410,7 +405,7 @@ def stage_task_specs(
     operator: BaseOperator,
     context: Context,
     table: Any,
-    tasks: list[dict[str, Any]],
+    tasks: Sequence[Mapping[str, Any]],
     *,
     threshold: int,
     part_prefix: str,
@@ -426,7 +421,7 @@ def stage_task_specs(
 
     files = count_files(tasks)
     if files <= threshold:
-        return tasks
+        return [dict(task) for task in tasks]
     location = table.location()
     staged = [
         {

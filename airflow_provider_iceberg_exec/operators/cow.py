@@ -150,10 +150,9 @@ class CowPlanOperator(BaseOperator):
             table = self.hook.load_table(self.table)
             plan = plan_cow_rewrite(table, **self._plan_arguments())
             self._log_plan(plan)
-            if not plan["tasks"]:
-                return []
-            tasks = [dict(task) for task in plan["tasks"]]
-            return stage_task_specs(self, context, table, tasks, threshold=threshold, part_prefix="cow-task-")
+            return stage_task_specs(
+                self, context, table, plan["tasks"], threshold=threshold, part_prefix="cow-task-"
+            )
 
     def _plan_arguments(self) -> dict[str, Any]:
         """The engine's keyword arguments from the rendered fields; a blank field takes its default."""
