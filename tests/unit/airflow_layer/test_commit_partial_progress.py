@@ -248,10 +248,10 @@ def test_many_failed_groups_are_named_up_to_ten():
 
 
 def test_partial_progress_commits_the_delivered_groups_and_reports_the_failed_files(
-    engine_compaction, sqlite_table, monkeypatch, tmp_path, caplog
+    sqlite_table, monkeypatch, tmp_path, caplog
 ):
     fake = _recording_commit()
-    monkeypatch.setattr(COMMIT, fake, raising=False)
+    monkeypatch.setattr(COMMIT, fake)
     specs = [_spec(0, 2, options=PARTIAL), _spec(1, 3, options=PARTIAL), _spec(2, 4, options=PARTIAL)]
     results = [_result(specs[0], [_written(tmp_path, "a")]), _result(specs[2], [_written(tmp_path, "c")])]
     out = CommitOperator(task_id="commit", results=results, planned=specs).execute(_context())
@@ -264,12 +264,10 @@ def test_partial_progress_commits_the_delivered_groups_and_reports_the_failed_fi
     assert (_data_dir(tmp_path) / "a").exists()
 
 
-def test_a_retried_partial_commit_uses_the_same_commit_id_and_failure_count(
-    engine_compaction, sqlite_table, monkeypatch
-):
+def test_a_retried_partial_commit_uses_the_same_commit_id_and_failure_count(sqlite_table, monkeypatch):
     """Idempotency: the engine skips the batches that landed under the same commit id."""
     fake = _recording_commit()
-    monkeypatch.setattr(COMMIT, fake, raising=False)
+    monkeypatch.setattr(COMMIT, fake)
     specs = [_spec(0, 2, options=PARTIAL), _spec(1, 3, options=PARTIAL)]
     for try_number in (1, 2):
         CommitOperator(task_id="commit", results=[_result(specs[0])], planned=specs).execute(
@@ -279,9 +277,9 @@ def test_a_retried_partial_commit_uses_the_same_commit_id_and_failure_count(
 
 
 def test_without_partial_progress_the_commit_fails_and_deletes_what_the_others_wrote(
-    engine_compaction, sqlite_table, monkeypatch, tmp_path
+    sqlite_table, monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(COMMIT, _must_not_commit, raising=False)
+    monkeypatch.setattr(COMMIT, _must_not_commit)
     specs = [_spec(0, 2), _spec(1, 3), _spec(2, 4)]
     written = [_written(tmp_path, "a0"), _written(tmp_path, "a1"), _written(tmp_path, "c0")]
     results = [_result(specs[0], written[:2]), _result(specs[2], written[2:])]
@@ -297,11 +295,11 @@ def test_without_partial_progress_the_commit_fails_and_deletes_what_the_others_w
 
 
 def test_every_rewrite_failed_fails_the_commit_and_removes_the_staged_specs(
-    engine_compaction, sqlite_table, monkeypatch, tmp_path
+    sqlite_table, monkeypatch, tmp_path
 ):
     """The plan succeeded, so the trigger rule runs the commit; it must fail the run, leaving nothing."""
-    monkeypatch.setattr(COMMIT, _must_not_commit, raising=False)
-    monkeypatch.setattr(PLAN, lambda table, **kw: {"tasks": [_spec(0, 2), _spec(1, 2)]}, raising=False)
+    monkeypatch.setattr(COMMIT, _must_not_commit)
+    monkeypatch.setattr(PLAN, lambda table, **kw: {"tasks": [_spec(0, 2), _spec(1, 2)]})
     planned = CompactionPlanOperator(task_id="plan", table=TABLE, payload_file_threshold=1).execute(
         _context()
     )
@@ -313,34 +311,30 @@ def test_every_rewrite_failed_fails_the_commit_and_removes_the_staged_specs(
     assert not any(os.path.exists(p) for p in staged)
 
 
-def test_staged_specs_carry_the_ids_and_data_file_counts_the_commit_reads(
-    engine_compaction, sqlite_table, monkeypatch
-):
-    monkeypatch.setattr(PLAN, lambda table, **kw: {"tasks": [_spec(0, 2), _spec(1, 3)]}, raising=False)
+def test_staged_specs_carry_the_ids_and_data_file_counts_the_commit_reads(sqlite_table, monkeypatch):
+    monkeypatch.setattr(PLAN, lambda table, **kw: {"tasks": [_spec(0, 2), _spec(1, 3)]})
     refs = CompactionPlanOperator(task_id="plan", table=TABLE, payload_file_threshold=1).execute(_context())
     assert [(r["group_id"], r["data_files_count"]) for r in refs] == [(0, 2), (1, 3)]
     assert [t.task_id for t in planned_tasks(refs) or []] == ["0", "1"]
 
 
-def test_a_staged_spec_of_a_failed_group_is_removed_after_a_partial_commit(
-    engine_compaction, sqlite_table, monkeypatch
-):
-    monkeypatch.setattr(COMMIT, _recording_commit(), raising=False)
+def test_a_staged_spec_of_a_failed_group_is_removed_after_a_partial_commit(sqlite_table, monkeypatch):
+    monkeypatch.setattr(COMMIT, _recording_commit())
     specs = [_spec(0, 2, options=PARTIAL), _spec(1, 2, options=PARTIAL)]
-    monkeypatch.setattr(PLAN, lambda table, **kw: {"tasks": specs}, raising=False)
+    monkeypatch.setattr(PLAN, lambda table, **kw: {"tasks": specs})
     refs = CompactionPlanOperator(task_id="plan", table=TABLE, payload_file_threshold=1).execute(_context())
     CommitOperator(task_id="commit", results=[_result(specs[0])], planned=refs).execute(_context())
     assert not any(os.path.exists(r["uri"].removeprefix("file://")) for r in refs)
 
 
-def test_an_empty_plan_is_still_an_empty_commit(engine_compaction, monkeypatch):
-    monkeypatch.setattr(COMMIT, _must_not_commit, raising=False)
+def test_an_empty_plan_is_still_an_empty_commit(monkeypatch):
+    monkeypatch.setattr(COMMIT, _must_not_commit)
     out = CommitOperator(task_id="commit", results=[], planned=[], table=TABLE).execute(_context())
     assert out["snapshot_ids"] == []
 
 
 def test_a_missing_copy_on_write_result_fails_and_deletes_the_written_files(
-    engine_compaction, sqlite_table, monkeypatch, tmp_path
+    sqlite_table, monkeypatch, tmp_path
 ):
     monkeypatch.setattr(COW_COMMIT, _must_not_commit)
     planned = [
@@ -355,15 +349,13 @@ def test_a_missing_copy_on_write_result_fails_and_deletes_the_written_files(
     assert not (_data_dir(tmp_path) / "cow-out").exists()
 
 
-def test_nothing_is_deleted_when_the_commit_id_already_landed(
-    engine_compaction, sqlite_table, monkeypatch, tmp_path
-):
+def test_nothing_is_deleted_when_the_commit_id_already_landed(sqlite_table, monkeypatch, tmp_path):
     """Clearing a rewrite after the commit landed must never delete files that are live in the table."""
     import pyarrow as pa
 
     from airflow_provider_iceberg_exec.engine.commit.snapshots import COMMIT_ID_PROPERTY
 
-    monkeypatch.setattr(COMMIT, _must_not_commit, raising=False)
+    monkeypatch.setattr(COMMIT, _must_not_commit)
     sqlite_table.append(
         pa.table(
             {"id": [1], "event_date": [None], "payload": ["x"]}, schema=sqlite_table.schema().as_arrow()
