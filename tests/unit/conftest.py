@@ -1,4 +1,4 @@
-"""Fixtures of the Airflow-layer unit tests: an isolated Airflow home, a real SQLite Iceberg catalog."""
+"""Fixtures of the unit tests: a real SQLite Iceberg table `ns.events` and the default connection to it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import date, timedelta
 
 import pytest
 
-from tests.unit.airflow_layer.support import TABLE, connection_json
+from tests.unit.support import TABLE, connection_json
 
 
 @pytest.fixture

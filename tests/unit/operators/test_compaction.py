@@ -24,7 +24,7 @@ from airflow_provider_iceberg_exec.operators.compaction import (
     CompactionPlanOperator,
     CompactionRewriteOperator,
 )
-from tests.unit.airflow_layer.support import ENGINE_COMPACTION, TABLE
+from tests.unit.support import ENGINE_COMPACTION, TABLE
 
 PLAN = f"{ENGINE_COMPACTION}.plan_compaction"
 REWRITE = f"{ENGINE_COMPACTION}.execute_rewrite_task"
@@ -514,7 +514,7 @@ def test_commit_conflict_from_the_engine_propagates(sqlite_table, monkeypatch):
 
 
 def test_secrets_of_the_connection_never_reach_xcom_or_rendered_fields(sqlite_table, monkeypatch, tmp_path):
-    from tests.unit.airflow_layer.support import connection_json
+    from tests.unit.support import connection_json
 
     secret = "s3-secret-value-0123456789"
     monkeypatch.setenv(
