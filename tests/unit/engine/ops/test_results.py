@@ -3,8 +3,28 @@ results -> commit or a reason not to), and the other pure helpers of the commit 
 
 from __future__ import annotations
 
-from airflow_provider_iceberg_exec.engine.ops.results import PlannedTask, decide_commit, planned_tasks
-from tests.unit.support import PARTIAL, cow_result, rewrite_result, rewrite_spec
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_iceberg_exec.engine.errors import (
+    CommitConflictError,
+    ConfigurationError,
+    DataFileCodecError,
+    IncompleteRunError,
+)
+from airflow_provider_iceberg_exec.engine.io.payloads import offload_payload
+from airflow_provider_iceberg_exec.engine.ops.results import (
+    PlannedTask,
+    QuietPeriod,
+    commit_results,
+    decide_commit,
+    empty_commit_result,
+    planned_tasks,
+    results_table,
+    wait_for_quiet,
+)
+from tests.unit.support import PARTIAL, TABLE, cow_result, rewrite_result, rewrite_spec
 
 # ---------------------------------------------------------------- decide_commit
 
@@ -119,3 +139,90 @@ def test_many_failed_groups_are_named_up_to_ten():
     decision = decide_commit(planned_tasks(specs), [rewrite_result(specs[0])])
     assert decision.error is not None
     assert "1, 2, 3, 4, 5, 6, 7, 8, 9, 10 (+4 more)" in decision.error
+
+
+# ---------------------------------------------------------------- results_table, empty_commit_result
+
+
+def test_the_results_table_is_the_one_they_name_or_the_given_one() -> None:
+    assert results_table(None, [], []) is None
+    assert results_table(None, [{"table": TABLE}], [{"table": TABLE}]) == TABLE
+    assert results_table(TABLE, [{"table": TABLE}], []) == TABLE
+    assert results_table(TABLE, [], []) == TABLE
+
+
+@pytest.mark.parametrize(
+    ("table", "docs"),
+    [(None, [{"table": "ns.a"}, {"table": "ns.b"}]), ("ns.a", [{"table": "ns.b"}])],
+)
+def test_results_of_another_or_of_two_tables_are_refused(table, docs) -> None:
+    with pytest.raises(ConfigurationError, match="one commit commits to one table"):
+        results_table(table, docs, [])
+
+
+def test_an_empty_commit_result_counts_nothing_and_landed_nothing() -> None:
+    result = empty_commit_result(TABLE)
+    assert result["schema"] == "iceberg-exec/compaction-result@1"
+    assert result["table"] == TABLE
+    assert result["snapshot_ids"] == []
+    assert result["already_committed"] is False
+    assert {k: v for k, v in result.items() if k.endswith("_count")} == dict.fromkeys(
+        [k for k in result if k.endswith("_count")], 0
+    )
+
+
+# ---------------------------------------------------------------- commit_results on a real table
+
+
+@pytest.fixture
+def table(catalog):
+    """``ns.events`` with one small append: one snapshot, one live data file."""
+    import pyarrow as pa
+
+    table = catalog.create_table(TABLE, schema=pa.schema([("id", pa.int64())]))
+    table.append(pa.table({"id": [1, 2, 3]}))
+    return table
+
+
+def _written(table, name: str) -> str:
+    path = Path(table.location().removeprefix("file://")) / "data" / name
+    path.write_bytes(b"PAR1")
+    return f"file://{path}"
+
+
+def test_nothing_delivered_and_nothing_planned_is_an_empty_commit(table) -> None:
+    head = table.current_snapshot().snapshot_id
+    assert commit_results(table, [], commit_id="c", planned=[]) == empty_commit_result(TABLE)
+    assert table.refresh().current_snapshot().snapshot_id == head
+
+
+def test_results_of_two_operations_are_refused(table) -> None:
+    spec = rewrite_spec(0, 1)
+    with pytest.raises(DataFileCodecError, match="cannot commit results of schemas"):
+        commit_results(table, [rewrite_result(spec), cow_result(1, [])], commit_id="c")
+
+
+def test_a_failed_group_without_partial_progress_deletes_what_the_others_wrote(table) -> None:
+    head = table.current_snapshot().snapshot_id
+    specs = [rewrite_spec(0, 1), rewrite_spec(1, 1)]
+    written = _written(table, "0-out.parquet")
+    with pytest.raises(IncompleteRunError, match="1 of 2 file groups failed") as err:
+        commit_results(table, [rewrite_result(specs[0], [written])], commit_id="c", planned=specs)
+    assert "the table is unchanged and the 1 files the other tasks wrote were deleted" in str(err.value)
+    assert not Path(written.removeprefix("file://")).exists()
+    assert table.refresh().current_snapshot().snapshot_id == head
+
+
+def test_a_staged_result_gone_before_any_commit_landed_is_an_error(table) -> None:
+    spec = rewrite_spec(0, 1)
+    ref = offload_payload(table.io, table.location(), rewrite_result(spec), name="r0", threshold=0)
+    table.io.delete(ref["uri"])
+    with pytest.raises(DataFileCodecError):
+        commit_results(table, [ref], commit_id="never-landed")
+
+
+def test_a_branch_that_just_moved_is_not_quiet(table) -> None:
+    with pytest.raises(CommitConflictError, match="did not go quiet for 3600 s within 0 s"):
+        wait_for_quiet(table, "main", QuietPeriod(seconds=3600, timeout_seconds=0))
+    wait_for_quiet(table, "main", QuietPeriod(seconds=0))
+    wait_for_quiet(table, "no-such-branch", QuietPeriod(seconds=3600, timeout_seconds=0))
