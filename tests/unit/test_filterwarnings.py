@@ -26,7 +26,7 @@ def test_a_deprecated_pyiceberg_function_called_by_our_code_raises() -> None:
 def test_a_pyiceberg_deprecation_message_raises() -> None:
     from pyiceberg.utils.deprecated import deprecation_message
 
-    with pytest.raises(DeprecationWarning, match="will be removed in 9.9.9"):
+    with pytest.raises(DeprecationWarning, match=r"will be removed in 9\.9\.9"):
         deprecation_message(deprecated_in="0.1.0", removed_in="9.9.9", help_message="a property")
 
 
