@@ -77,9 +77,14 @@ def payload_file_threshold() -> int:
 def pool_slots_for(memory_limit: str | int, *, per_gib: float | None = None) -> int:
     """Pool slots for a task with ``memory_limit``: ``ceil(GiB * slots_per_gib)``, at least 1.
 
-    Use it at DAG-definition time when a task's memory limit is a literal::
+    Use it at DAG-definition time when a task's memory limit is a literal:
 
-        CompactionRewriteOperator.partial(memory_limit="2GiB", pool_slots=pool_slots_for("2GiB"), ...)
+    >>> from airflow_provider_iceberg_exec.operators.compaction import CompactionRewriteOperator
+    >>> rewrite = CompactionRewriteOperator.partial(
+    ...     task_id="rewrite", memory_limit="2GiB", pool_slots=pool_slots_for("2GiB", per_gib=1)
+    ... )
+    >>> rewrite.kwargs["pool_slots"], pool_slots_for("300MiB", per_gib=1)
+    (2, 1)
 
     Called while DAG files are parsed, so it imports nothing heavy.
 

@@ -1,9 +1,14 @@
 """Task-group helpers that wire the common maintenance flows.
 
-:func:`compaction_task_group` builds ``plan >> rewrite (mapped, one task per file group) >> commit``::
+:func:`compaction_task_group` builds ``plan >> rewrite (mapped, one task per file group) >> commit``:
 
-    with DAG(...):
-        health >> compaction_task_group(table="db.events", memory_limit="1GiB")
+>>> from airflow.sdk import DAG
+>>> with DAG("maintenance", schedule=None) as dag:
+...     group = compaction_task_group(table="db.events", memory_limit="1GiB")
+>>> sorted(dag.task_dict)
+['compaction.commit', 'compaction.plan', 'compaction.rewrite']
+>>> sorted(dag.get_task("compaction.commit").upstream_task_ids)
+['compaction.plan', 'compaction.rewrite']
 
 With ``only_files_with_equality_deletes=True`` the same three tasks resolve equality deletes: the plan
 selects only the data files equality deletes apply to, each rewritten with its deletes applied

@@ -19,6 +19,32 @@ if not os.environ.get("_ICEBERG_EXEC_TEST_AIRFLOW_HOME"):
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
+_TESTS = Path(__file__).resolve().parent
+_PACKAGE = _TESTS.parent / "airflow_provider_iceberg_exec"
+
+#: tests/<directory> -> the marker of its tests (pyproject's ``markers`` say what each one selects)
+DIRECTORY_MARKERS = {
+    "unit": "unit",
+    "integration": "integration",
+    "property": "integration",
+    "system": "system",
+    "faults": "faults",
+    "interop": "spark",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by its directory, and the package's doctests as ``unit``, so ``-m`` selects by kind."""
+    for item in items:
+        path = item.path.resolve()
+        if path.is_relative_to(_PACKAGE):
+            item.add_marker("unit")
+        elif path.is_relative_to(_TESTS) and len(parts := path.relative_to(_TESTS).parts) > 1:
+            marker = DIRECTORY_MARKERS.get(parts[0])
+            if marker is not None:
+                item.add_marker(marker)
+
 
 @pytest.fixture(autouse=True)
 def _isolate_pyiceberg_config(

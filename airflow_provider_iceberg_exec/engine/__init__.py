@@ -1,14 +1,23 @@
 """The engine: Iceberg maintenance as bounded DataFusion/PyArrow executions, with no Airflow import.
 
-Usable from a script, the CLI or any orchestrator::
+Usable from a script, the CLI or any orchestrator (here on a throwaway SQLite catalog):
 
-    from airflow_provider_iceberg_exec.engine import (
-        CatalogConfig, ResourceLimits, compact, load_catalog, load_table,
-    )
-
-    catalog = load_catalog(CatalogConfig("prod", {"type": "sql", "uri": "..."}))
-    table = load_table(catalog, "db.events")
-    result = compact(table, options={"min-input-files": "2"}, limits=ResourceLimits())
+>>> import tempfile, pyarrow as pa
+>>> from airflow_provider_iceberg_exec.engine import (
+...     CatalogConfig, ResourceLimits, compact, load_catalog, load_table,
+... )
+>>> workdir = tempfile.TemporaryDirectory()
+>>> catalog = load_catalog(CatalogConfig("prod", {
+...     "type": "sql", "uri": f"sqlite:///{workdir.name}/c.db", "warehouse": f"file://{workdir.name}"}))
+>>> catalog.create_namespace("db")
+>>> events = catalog.create_table("db.events", schema=pa.schema([("id", pa.int64())]))
+>>> for i in range(3):
+...     events.append(pa.table({"id": [i]}))
+>>> table = load_table(catalog, "db.events")
+>>> result = compact(table, options={"min-input-files": "2"}, limits=ResourceLimits())
+>>> result["rewritten_data_files_count"], result["added_data_files_count"]
+(3, 1)
+>>> catalog.engine.dispose(); workdir.cleanup()
 """
 
 from __future__ import annotations

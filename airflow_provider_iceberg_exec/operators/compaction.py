@@ -1,11 +1,19 @@
 """Compaction (Spark's ``rewrite_data_files``) as Airflow tasks.
 
 Three tasks for tables of any size, wired by
-:func:`airflow_provider_iceberg_exec.task_groups.compaction_task_group`::
+:func:`airflow_provider_iceberg_exec.task_groups.compaction_task_group` (``partial()`` needs the pool
+slots: the operator's default applies only to a task built directly):
 
-    plan = CompactionPlanOperator(task_id="plan", table="db.events")
-    rewrite = CompactionRewriteOperator.partial(task_id="rewrite").expand(task_spec=plan.output)
-    commit = CommitOperator(task_id="commit", results=rewrite.output)
+>>> from airflow.sdk import DAG
+>>> from airflow_provider_iceberg_exec.operators.commit import CommitOperator
+>>> with DAG("compaction", schedule=None) as dag:
+...     plan = CompactionPlanOperator(task_id="plan", table="db.events")
+...     rewrite = CompactionRewriteOperator.partial(
+...         task_id="rewrite", pool_slots=settings.default_pool_slots()
+...     ).expand(task_spec=plan.output)
+...     commit = CommitOperator(task_id="commit", results=rewrite.output)
+>>> sorted(dag.get_task("commit").upstream_task_ids), sorted(dag.get_task("rewrite").upstream_task_ids)
+(['rewrite'], ['plan'])
 
 and :class:`CompactionOperator`, one task that plans, rewrites and commits, for small tables.
 

@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import live_checksum
 from tests.system.conftest import DAGS_FOLDER, TABLE
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.system
 
 
 def _load_dag(name: str):

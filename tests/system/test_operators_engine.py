@@ -19,7 +19,7 @@ from airflow_provider_iceberg_exec.operators.compaction import (
 from tests.helpers import live_checksum
 from tests.system.conftest import TABLE
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.system
 
 OPTIONS = {"min-input-files": "2", "target-file-size-bytes": str(1 << 20)}
 

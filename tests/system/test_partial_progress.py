@@ -25,7 +25,7 @@ from tests.helpers import files_under, live_checksum, local_path, table_state
 from tests.system.conftest import TABLE
 from tests.system.equality_support import data_files_by_region
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.system
 
 
 def _register(dag) -> None:

@@ -22,7 +22,7 @@ from tests.system.equality_support import (
     live_delete_files,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.system
 
 
 def _context(run_id: str = "manual__1") -> dict:

@@ -7,11 +7,20 @@ small reference document instead; :func:`resolve_payload` turns a reference back
 passes any other document through unchanged, so consumers call it on every payload they receive.
 
 The reference document (``table``, ``branch``, ``group_id``, ``commit_batch`` and ``base_snapshot_id`` are
-copied from the document when it has them, so that a consumer can load the table before resolving)::
+copied from the document when it has them, so that a consumer can load the table before resolving):
 
-    {"schema": "iceberg-exec/payload-ref@1", "uri": "s3://.../x.json",
-     "inner_schema": "iceberg-exec/rewrite-result@1", "file_count": 5000, "size_bytes": 1234567,
-     "table": "ns.t", "group_id": 3}
+>>> import tempfile
+>>> from pyiceberg.io.pyarrow import PyArrowFileIO
+>>> result = {"schema": "iceberg-exec/rewrite-result@1", "table": "ns.t", "group_id": 3,
+...           "added_data_files": [{"file-path": f"f{i}.parquet"} for i in range(5000)]}
+>>> with tempfile.TemporaryDirectory() as location:
+...     ref = offload_payload(PyArrowFileIO(), f"file://{location}", result, name="rewrite-3")
+...     assert resolve_payload(PyArrowFileIO(), ref) == result
+>>> ref["uri"].endswith("/metadata/iceberg-exec-staging/rewrite-3.json")
+True
+>>> {k: v for k, v in ref.items() if k not in ("uri", "size_bytes")}  # doctest: +NORMALIZE_WHITESPACE
+{'schema': 'iceberg-exec/payload-ref@1', 'inner_schema': 'iceberg-exec/rewrite-result@1',
+ 'file_count': 5000, 'table': 'ns.t', 'group_id': 3}
 
 This module is pure engine code: it takes a PyIceberg ``FileIO`` (any object with ``new_output``,
 ``new_input`` and ``delete``), never a catalog or an Airflow object. Staged payloads are discarded by

@@ -42,7 +42,20 @@ def resolve_equality_deletes(
     :raises ConfigurationError: for bad options, or a format-version 3 table (table left unchanged).
     :raises CommitValidationError: when the table changed in a conflicting way; run it again.
 
-    >>> # resolve_equality_deletes(table, limits=ResourceLimits(memory_limit_bytes=512 * 2**20))
+    A table without equality deletes (PyIceberg writes none) has nothing to resolve:
+
+    >>> import tempfile, pyarrow as pa
+    >>> from pyiceberg.catalog.sql import SqlCatalog
+    >>> from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    >>> workdir = tempfile.TemporaryDirectory()
+    >>> catalog = SqlCatalog("demo", uri=f"sqlite:///{workdir.name}/c.db", warehouse=f"file://{workdir.name}")
+    >>> catalog.create_namespace("ns")
+    >>> table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
+    >>> table.append(pa.table({"id": [1, 2]}))
+    >>> result = resolve_equality_deletes(table, limits=ResourceLimits(memory_limit_bytes=512 * 2**20))
+    >>> result["removed_delete_files_count"], result["snapshot_ids"]
+    (0, [])
+    >>> catalog.engine.dispose(); workdir.cleanup()
     """
     return compact(
         table,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import airflow_provider_iceberg_exec.engine as engine
 
@@ -13,15 +14,28 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_engine_imports_with_airflow_unavailable() -> None:
-    """With ``airflow`` made unimportable, the whole engine API still imports and a plan object builds."""
+    """With ``airflow`` made unimportable, every engine module (found by walking the package, so a new
+    module is checked without touching this test) and the CLI import, and a plan object builds."""
     result = _run(
-        "import sys; sys.modules['airflow'] = None\n"
+        "import importlib, pkgutil, sys; sys.modules['airflow'] = None\n"
         "import airflow_provider_iceberg_exec.engine as e\n"
+        "names = [m.name for m in pkgutil.walk_packages(e.__path__, e.__name__ + '.')]\n"
+        "for name in names: importlib.import_module(name)\n"
         "import airflow_provider_iceberg_exec.cli\n"
         "e.ResourceLimits(); e.CompactionOptions.from_options({})\n"
         "assert not any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules if sys.modules[m])\n"
+        "print(len(names))\n"
     )
     assert result.returncode == 0, result.stderr
+    engine_files = [p for p in Path(engine.__file__).parent.rglob("*.py") if "__pycache__" not in p.parts]
+    assert int(result.stdout) == len(engine_files) - 1, "a module of the engine was not imported"
+
+
+def test_airflow_made_unimportable_really_fails_an_airflow_import() -> None:
+    """The probe above proves something only if its trick makes ``import airflow`` raise."""
+    result = _run("import sys; sys.modules['airflow'] = None\nimport airflow.sdk\n")
+    assert result.returncode != 0
+    assert "ModuleNotFoundError" in result.stderr
 
 
 def test_package_import_loads_no_heavy_library() -> None:

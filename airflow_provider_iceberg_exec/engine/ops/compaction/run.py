@@ -45,7 +45,20 @@ def compact(
     Groups run one after another, each bounded by ``limits``. Without partial progress a failing group
     removes what every group wrote and raises; with it, the failure is counted and the rest commit.
 
-    >>> # compact(table, options={"target-file-size-bytes": "134217728"}, limits=ResourceLimits())
+    >>> import tempfile, pyarrow as pa
+    >>> from pyiceberg.catalog.sql import SqlCatalog
+    >>> workdir = tempfile.TemporaryDirectory()
+    >>> catalog = SqlCatalog("demo", uri=f"sqlite:///{workdir.name}/c.db", warehouse=f"file://{workdir.name}")
+    >>> catalog.create_namespace("ns")
+    >>> table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
+    >>> for i in range(5):  # Spark's default min-input-files
+    ...     table.append(pa.table({"id": [i]}))
+    >>> result = compact(table, options={"target-file-size-bytes": "134217728"}, limits=ResourceLimits())
+    >>> result["rewritten_data_files_count"], result["added_data_files_count"], len(result["snapshot_ids"])
+    (5, 1, 1)
+    >>> compact(table)["snapshot_ids"]  # one file left: nothing to do
+    []
+    >>> catalog.engine.dispose(); workdir.cleanup()
     """
     limits = limits or ResourceLimits()
     if commit_id is not None and (landed := landed_result(table, branch, commit_id)) is not None:

@@ -1,35 +1,12 @@
-"""Fixtures of the Airflow-layer unit tests: an isolated Airflow home, a real SQLite Iceberg catalog."""
+"""Fixtures of the unit tests: a real SQLite Iceberg table `ns.events` and the default connection to it."""
 
 from __future__ import annotations
 
-import sys
-import types
 from datetime import date, timedelta
 
 import pytest
 
-from tests.unit.airflow_layer.support import ENGINE_COMPACTION, TABLE, connection_json
-
-
-@pytest.fixture
-def engine_compaction(monkeypatch):
-    """The engine's compaction module, to patch by dotted path (a stub until the engine lands)."""
-    import airflow_provider_iceberg_exec.engine as engine_pkg
-
-    try:
-        import airflow_provider_iceberg_exec.engine.ops.compaction as module
-    except ImportError:
-        module = types.ModuleType(ENGINE_COMPACTION)
-        monkeypatch.setitem(sys.modules, ENGINE_COMPACTION, module)
-        monkeypatch.setattr(engine_pkg, "compaction", module, raising=False)
-
-    def _not_patched(*args, **kwargs):
-        raise AssertionError("this engine function is not patched in this test")
-
-    for name in ("plan_compaction", "execute_rewrite_task", "commit_compaction", "compact"):
-        if not hasattr(module, name):
-            monkeypatch.setattr(module, name, _not_patched, raising=False)
-    return module
+from tests.unit.support import TABLE, connection_json
 
 
 @pytest.fixture

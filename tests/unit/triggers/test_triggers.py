@@ -1,35 +1,22 @@
-"""Sensors and triggers against a real SQLite catalog: poke, deferral, trigger serialize and run()."""
+"""The triggers against a real SQLite catalog: serialize, run(), and the checks they poll."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
 
 import pytest
-from airflow.sdk import PokeReturnValue
-from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
-from airflow_provider_iceberg_exec.sensors.health import IcebergTableHealthSensor
-from airflow_provider_iceberg_exec.sensors.snapshot import IcebergSnapshotSensor, to_epoch_ms
 from airflow_provider_iceberg_exec.triggers.health import (
     IcebergTableHealthTrigger,
     health_reasons,
     table_health,
 )
 from airflow_provider_iceberg_exec.triggers.snapshot import IcebergSnapshotTrigger, find_new_snapshot
-from tests.unit.airflow_layer.support import TABLE
+from tests.unit.support import TABLE, append_rows
 
 SNAPSHOT_TRIGGER = "airflow_provider_iceberg_exec.triggers.snapshot.IcebergSnapshotTrigger"
 HEALTH_TRIGGER = "airflow_provider_iceberg_exec.triggers.health.IcebergTableHealthTrigger"
-
-
-def _append(table, n: int = 1) -> None:
-    import pyarrow as pa
-
-    schema = table.schema().as_arrow()
-    for i in range(n):
-        table.append(pa.table({"id": [1000 + i], "event_date": [None], "payload": ["x"]}, schema=schema))
 
 
 async def _first_event(trigger, timeout: float = 20.0):
@@ -96,7 +83,7 @@ def test_snapshot_trigger_fires_once_a_new_snapshot_lands(sqlite_table):
         waiter = asyncio.ensure_future(_first_event(trigger))
         await asyncio.sleep(0.3)
         assert not waiter.done(), "fired without a new snapshot"
-        await asyncio.to_thread(_append, sqlite_table)
+        await asyncio.to_thread(append_rows, sqlite_table)
         return await waiter
 
     event = asyncio.run(scenario())
@@ -117,7 +104,7 @@ def test_snapshot_trigger_keeps_polling_while_the_table_does_not_exist(sqlite_ta
 
     def create_later():
         table = catalog.create_table("ns.later", schema=sqlite_table.schema())
-        _append(table)
+        append_rows(table)
 
     async def scenario():
         waiter = asyncio.ensure_future(_first_event(trigger))
@@ -198,108 +185,3 @@ def test_find_new_snapshot_since_a_time(sqlite_table):
         == head.snapshot_id
     )
     assert find_new_snapshot(sqlite_table, branch="nope") is None
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        (None, None),
-        ("", None),
-        (1700000000000, 1700000000000),
-        ("1700000000000", 1700000000000),
-        ("2023-11-14T22:13:20+00:00", 1700000000000),
-        ("2023-11-14T22:13:20Z", 1700000000000),
-    ],
-)
-def test_since_accepts_epoch_ms_and_iso_times(value, expected):
-    assert to_epoch_ms(value) == expected
-
-
-def test_since_refuses_text_that_is_not_a_time():
-    from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
-
-    with pytest.raises(ConfigurationError):
-        to_epoch_ms("yesterday-ish")
-
-
-# ---------------------------------------------------------------- sensors
-
-
-def test_snapshot_sensor_pokes_without_deferral(sqlite_table):
-    head = sqlite_table.current_snapshot().snapshot_id
-    sensor = IcebergSnapshotSensor(task_id="s", table=TABLE, since_snapshot_id=str(head), deferrable=False)
-    first = sensor.poke({})
-    assert isinstance(first, PokeReturnValue)
-    assert not first.is_done
-    _append(sqlite_table)
-    result = sensor.poke({})
-    assert result.is_done
-    assert result.xcom_value["previous_snapshot_id"] == head
-
-
-def test_snapshot_sensor_renders_since_from_the_data_interval(sqlite_table):
-    sensor = IcebergSnapshotSensor(task_id="s", table="{{ params.t }}", since="{{ start }}")
-    sensor.render_template_fields({"params": {"t": TABLE}, "start": "2000-01-01T00:00:00+00:00"})
-    assert sensor.table == TABLE
-    assert sensor.poke({}).is_done
-
-
-def test_sensor_treats_a_missing_table_as_not_yet(sqlite_table):
-    assert not IcebergSnapshotSensor(task_id="s", table="ns.nope").poke({}).is_done
-    assert not IcebergTableHealthSensor(task_id="h", table="ns.nope").poke({}).is_done
-
-
-def test_deferrable_sensor_defers_to_its_trigger(sqlite_table):
-    head = sqlite_table.current_snapshot().snapshot_id
-    sensor = IcebergSnapshotSensor(
-        task_id="s", table=TABLE, since_snapshot_id=head, deferrable=True, poke_interval=7, timeout=60
-    )
-    with pytest.raises(TaskDeferred) as deferred:
-        sensor.execute({})
-    trigger = deferred.value.trigger
-    assert isinstance(trigger, IcebergSnapshotTrigger)
-    assert trigger.serialize()[1]["since_snapshot_id"] == head
-    assert trigger.poke_interval == 7
-    assert deferred.value.method_name == "execute_complete"
-    assert deferred.value.timeout == timedelta(seconds=60)
-
-
-def test_deferrable_sensor_does_not_defer_when_already_done(sqlite_table):
-    sensor = IcebergTableHealthSensor(task_id="h", table=TABLE, min_small_files=5, deferrable=True)
-    result = sensor.execute({})
-    assert result["small_files"] == 12
-
-
-def test_deferrable_health_sensor_defers_with_its_thresholds(sqlite_table):
-    sensor = IcebergTableHealthSensor(
-        task_id="h", table=TABLE, min_small_files="{{ n }}", max_files_per_partition=50, deferrable=True
-    )
-    sensor.render_template_fields({"n": 100})
-    with pytest.raises(TaskDeferred) as deferred:
-        sensor.execute({})
-    assert isinstance(deferred.value.trigger, IcebergTableHealthTrigger)
-    assert deferred.value.trigger.thresholds == {
-        "min_small_files": 100,
-        "min_small_file_bytes": None,
-        "min_delete_files": None,
-        "max_files_per_partition": 50,
-    }
-
-
-def test_health_sensor_pokes_without_deferral(sqlite_table):
-    sensor = IcebergTableHealthSensor(task_id="h", table=TABLE, min_small_files=13, deferrable=False)
-    assert not sensor.poke({}).is_done
-    _append(sqlite_table)
-    assert sensor.poke({}).xcom_value["reasons"] == ["13 small files >= 13"]
-
-
-def test_execute_complete_returns_the_event_or_fails_with_its_message():
-    sensor = IcebergSnapshotSensor(task_id="s", table=TABLE)
-    assert sensor.execute_complete({}, {"status": "success", "snapshot_id": 3}) == {"snapshot_id": 3}
-    with pytest.raises(AirflowException, match="boom"):
-        sensor.execute_complete({}, {"status": "error", "message": "boom"})
-
-
-def test_sensors_are_not_deferrable_unless_configured():
-    assert IcebergSnapshotSensor(task_id="s", table=TABLE).deferrable is False
-    assert IcebergTableHealthSensor(task_id="h", table=TABLE).deferrable is False

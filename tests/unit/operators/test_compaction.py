@@ -24,7 +24,7 @@ from airflow_provider_iceberg_exec.operators.compaction import (
     CompactionPlanOperator,
     CompactionRewriteOperator,
 )
-from tests.unit.airflow_layer.support import ENGINE_COMPACTION, TABLE
+from tests.unit.support import ENGINE_COMPACTION, TABLE, plan_of
 
 PLAN = f"{ENGINE_COMPACTION}.plan_compaction"
 REWRITE = f"{ENGINE_COMPACTION}.execute_rewrite_task"
@@ -65,20 +65,6 @@ def _task(group_id: int, n_files: int, batch: int = 0) -> dict:
             }
             for i in range(n_files)
         ],
-    }
-
-
-def _plan(tasks: list[dict]) -> dict:
-    return {
-        "schema": "iceberg-exec/compaction-plan@1",
-        "table": TABLE,
-        "branch": "main",
-        "base_snapshot_id": 1,
-        "strategy": "binpack",
-        "options": {},
-        "tasks": tasks,
-        "skipped": [],
-        "commit_batches": [[t["group_id"] for t in tasks]] if tasks else [],
     }
 
 
@@ -153,22 +139,22 @@ def _context(task_id: str = "commit", map_index: int = -1, try_number: int = 1) 
 # ---------------------------------------------------------------- plan
 
 
-def test_plan_returns_the_task_specs_for_mapping(engine_compaction, sqlite_table, monkeypatch):
+def test_plan_returns_the_task_specs_for_mapping(sqlite_table, monkeypatch):
     tasks = [_task(0, 3), _task(1, 2)]
-    monkeypatch.setattr(PLAN, lambda table, **kw: _plan(tasks), raising=False)
+    monkeypatch.setattr(PLAN, lambda table, **kw: plan_of(tasks))
     out = CompactionPlanOperator(task_id="plan", table=TABLE).execute(_context("plan"))
     assert out == tasks
     assert json.loads(json.dumps(out)) == out
 
 
-def test_plan_passes_rendered_arguments_to_the_engine(engine_compaction, sqlite_table, monkeypatch):
+def test_plan_passes_rendered_arguments_to_the_engine(sqlite_table, monkeypatch):
     seen = {}
 
     def plan_compaction(table, **kwargs):
         seen.update(kwargs, table=table.name())
-        return _plan([])
+        return plan_of([])
 
-    monkeypatch.setattr(PLAN, plan_compaction, raising=False)
+    monkeypatch.setattr(PLAN, plan_compaction)
     op = CompactionPlanOperator(
         task_id="plan",
         table="{{ params.table }}",
@@ -194,17 +180,15 @@ def test_plan_passes_rendered_arguments_to_the_engine(engine_compaction, sqlite_
     }
 
 
-def test_empty_plan_is_success_with_an_empty_list_and_is_logged(
-    engine_compaction, sqlite_table, monkeypatch, capsys
-):
-    monkeypatch.setattr(PLAN, lambda table, **kw: _plan([]), raising=False)
+def test_empty_plan_is_success_with_an_empty_list_and_is_logged(sqlite_table, monkeypatch, capsys):
+    monkeypatch.setattr(PLAN, lambda table, **kw: plan_of([]))
     assert CompactionPlanOperator(task_id="plan", table=TABLE).execute(_context("plan")) == []
     assert "Nothing to compact" in capsys.readouterr().out
 
 
-def test_large_plan_is_staged_as_one_file_per_task(engine_compaction, sqlite_table, monkeypatch):
+def test_large_plan_is_staged_as_one_file_per_task(sqlite_table, monkeypatch):
     tasks = [_task(0, 6), _task(1, 6)]
-    monkeypatch.setattr(PLAN, lambda table, **kw: _plan(tasks), raising=False)
+    monkeypatch.setattr(PLAN, lambda table, **kw: plan_of(tasks))
     out = CompactionPlanOperator(task_id="plan", table=TABLE, payload_file_threshold=10).execute(
         _context("plan")
     )
@@ -216,11 +200,9 @@ def test_large_plan_is_staged_as_one_file_per_task(engine_compaction, sqlite_tab
 # ---------------------------------------------------------------- rewrite
 
 
-def test_rewrite_runs_one_group_within_the_rendered_memory_limit(
-    engine_compaction, sqlite_table, monkeypatch
-):
+def test_rewrite_runs_one_group_within_the_rendered_memory_limit(sqlite_table, monkeypatch):
     fake = _fake_rewrite()
-    monkeypatch.setattr(REWRITE, fake, raising=False)
+    monkeypatch.setattr(REWRITE, fake)
     op = CompactionRewriteOperator(task_id="rewrite", task_spec=_task(3, 4), memory_limit="{{ params.mem }}")
     context = {**_context("rewrite", map_index=3), "params": {"mem": "64MiB"}}
     op.render_template_fields(context)
@@ -234,21 +216,19 @@ def test_rewrite_runs_one_group_within_the_rendered_memory_limit(
     assert json.loads(json.dumps(result)) == result
 
 
-def test_rewrite_resolves_a_staged_spec_and_records_it_for_cleanup(
-    engine_compaction, sqlite_table, monkeypatch
-):
-    monkeypatch.setattr(PLAN, lambda table, **kw: _plan([_task(0, 20)]), raising=False)
+def test_rewrite_resolves_a_staged_spec_and_records_it_for_cleanup(sqlite_table, monkeypatch):
+    monkeypatch.setattr(PLAN, lambda table, **kw: plan_of([_task(0, 20)]))
     (ref,) = CompactionPlanOperator(task_id="plan", table=TABLE, payload_file_threshold=5).execute(
         _context("plan")
     )
     fake = _fake_rewrite()
-    monkeypatch.setattr(REWRITE, fake, raising=False)
+    monkeypatch.setattr(REWRITE, fake)
     result = CompactionRewriteOperator(task_id="rewrite", task_spec=ref).execute(_context("rewrite", 0))
     assert len(fake.calls[0][1]["data_files"]) == 20
     assert result["staged_inputs"] == [ref["uri"]]
 
 
-def test_rewrite_refuses_a_spec_that_is_not_an_object(engine_compaction, sqlite_table):
+def test_rewrite_refuses_a_spec_that_is_not_an_object(sqlite_table):
     op = CompactionRewriteOperator(task_id="rewrite", task_spec=[1, 2])  # type: ignore[arg-type]
     with pytest.raises(AirflowFailException, match="DataFileCodecError"):
         op.execute(_context("rewrite", 0))
@@ -263,10 +243,8 @@ def test_rewrite_pool_and_slots_default_from_config(monkeypatch):
     assert (explicit.pool, explicit.pool_slots) == ("p", 2)
 
 
-def test_rewrite_warns_when_its_memory_limit_needs_more_slots(
-    engine_compaction, sqlite_table, monkeypatch, capsys
-):
-    monkeypatch.setattr(REWRITE, _fake_rewrite(), raising=False)
+def test_rewrite_warns_when_its_memory_limit_needs_more_slots(sqlite_table, monkeypatch, capsys):
+    monkeypatch.setattr(REWRITE, _fake_rewrite())
     op = CompactionRewriteOperator(
         task_id="rewrite", task_spec=_task(0, 1), memory_limit="2GiB", pool_slots=1
     )
@@ -277,11 +255,9 @@ def test_rewrite_warns_when_its_memory_limit_needs_more_slots(
 # ---------------------------------------------------------------- commit
 
 
-def test_commit_commits_every_result_once_with_a_commit_id_from_dag_run_and_task(
-    engine_compaction, sqlite_table, monkeypatch
-):
+def test_commit_commits_every_result_once_with_a_commit_id_from_dag_run_and_task(sqlite_table, monkeypatch):
     fake = _fake_commit()
-    monkeypatch.setattr(COMMIT, fake, raising=False)
+    monkeypatch.setattr(COMMIT, fake)
     rewrite = _fake_rewrite()
     results = [rewrite(None, _task(0, 2), None), None, rewrite(None, _task(1, 3), None)]
     out = CommitOperator(task_id="commit", results=results).execute(_context())
@@ -292,38 +268,36 @@ def test_commit_commits_every_result_once_with_a_commit_id_from_dag_run_and_task
     assert json.loads(json.dumps(out)) == out
 
 
-def test_commit_id_is_the_same_on_every_try(engine_compaction, sqlite_table, monkeypatch):
+def test_commit_id_is_the_same_on_every_try(sqlite_table, monkeypatch):
     """A retry after a commit that landed must find it: the id may not depend on the try number."""
     fake = _fake_commit()
-    monkeypatch.setattr(COMMIT, fake, raising=False)
+    monkeypatch.setattr(COMMIT, fake)
     results = [_fake_rewrite()(None, _task(0, 1), None)]
     for try_number in (1, 2, 3):
         CommitOperator(task_id="commit", results=results).execute(_context(try_number=try_number))
     assert len({call[2] for call in fake.calls}) == 1
 
 
-def test_commit_retry_after_landed_commit_reports_and_succeeds(
-    engine_compaction, sqlite_table, monkeypatch, capsys
-):
-    monkeypatch.setattr(COMMIT, _fake_commit(already=True), raising=False)
+def test_commit_retry_after_landed_commit_reports_and_succeeds(sqlite_table, monkeypatch, capsys):
+    monkeypatch.setattr(COMMIT, _fake_commit(already=True))
     results = [_fake_rewrite()(None, _task(0, 1), None)]
     out = CommitOperator(task_id="commit", results=results).execute(_context(try_number=2))
     assert out["already_committed"] is True
     assert "Already committed" in capsys.readouterr().out
 
 
-def test_commit_with_no_results_is_success_with_an_empty_result(engine_compaction, monkeypatch):
+def test_commit_with_no_results_is_success_with_an_empty_result(monkeypatch):
     def must_not_run(*args, **kwargs):
         raise AssertionError("nothing to commit")
 
-    monkeypatch.setattr(COMMIT, must_not_run, raising=False)
+    monkeypatch.setattr(COMMIT, must_not_run)
     out = CommitOperator(task_id="commit", results=[], table=TABLE).execute(_context())
     assert out["snapshot_ids"] == []
     assert out["added_data_files_count"] == 0
 
 
-def test_commit_emits_the_table_asset_through_the_alias(engine_compaction, sqlite_table, monkeypatch):
-    monkeypatch.setattr(COMMIT, _fake_commit(), raising=False)
+def test_commit_emits_the_table_asset_through_the_alias(sqlite_table, monkeypatch):
+    monkeypatch.setattr(COMMIT, _fake_commit())
     op = CommitOperator(task_id="commit", results=[_fake_rewrite()(None, _task(0, 1), None)])
     assert op.outlets == [AssetAlias(name="iceberg-exec-commits")]
     context = _context()
@@ -333,8 +307,8 @@ def test_commit_emits_the_table_asset_through_the_alias(engine_compaction, sqlit
     assert event.extra["snapshot_ids"] == [99]
 
 
-def test_commit_updates_a_declared_table_asset(engine_compaction, sqlite_table, monkeypatch):
-    monkeypatch.setattr(COMMIT, _fake_commit(), raising=False)
+def test_commit_updates_a_declared_table_asset(sqlite_table, monkeypatch):
+    monkeypatch.setattr(COMMIT, _fake_commit())
     asset = Asset(uri="iceberg://demo/ns/events")
     op = CommitOperator(
         task_id="commit",
@@ -348,16 +322,16 @@ def test_commit_updates_a_declared_table_asset(engine_compaction, sqlite_table, 
     assert context["outlet_events"][asset].extra["snapshot_ids"] == [99]
 
 
-def test_commit_refuses_results_of_two_tables(engine_compaction, sqlite_table, monkeypatch):
-    monkeypatch.setattr(COMMIT, _fake_commit(), raising=False)
+def test_commit_refuses_results_of_two_tables(sqlite_table, monkeypatch):
+    monkeypatch.setattr(COMMIT, _fake_commit())
     other = {**_fake_rewrite()(None, _task(1, 1), None), "table": "ns.other"}
     op = CommitOperator(task_id="commit", results=[_fake_rewrite()(None, _task(0, 1), None), other])
     with pytest.raises(AirflowFailException, match="one commit commits to one table"):
         op.execute(_context())
 
 
-def test_commit_refuses_results_it_cannot_commit(engine_compaction, sqlite_table, monkeypatch):
-    monkeypatch.setattr(COMMIT, _fake_commit(), raising=False)
+def test_commit_refuses_results_it_cannot_commit(sqlite_table, monkeypatch):
+    monkeypatch.setattr(COMMIT, _fake_commit())
     op = CommitOperator(task_id="commit", results=[{"schema": "iceberg-exec/unknown@9", "table": TABLE}])
     with pytest.raises(AirflowFailException, match="cannot commit results of schemas"):
         op.execute(_context())
@@ -369,10 +343,10 @@ def test_commit_retries_with_exponential_backoff_by_default():
     assert op.retry_exponential_backoff == 2.0
 
 
-def test_commit_waits_for_a_quiet_period_then_commits(engine_compaction, sqlite_table, monkeypatch):
+def test_commit_waits_for_a_quiet_period_then_commits(sqlite_table, monkeypatch):
     import airflow_provider_iceberg_exec.engine.ops.results as commit_module
 
-    monkeypatch.setattr(COMMIT, _fake_commit(), raising=False)
+    monkeypatch.setattr(COMMIT, _fake_commit())
     clock = {"now": sqlite_table.current_snapshot().timestamp_ms / 1000 + 5}
     sleeps: list[float] = []
     monkeypatch.setattr(commit_module.time, "time", lambda: clock["now"])
@@ -390,10 +364,10 @@ def test_commit_waits_for_a_quiet_period_then_commits(engine_compaction, sqlite_
     assert sleeps == [pytest.approx(25)]
 
 
-def test_commit_conflicts_when_the_branch_never_goes_quiet(engine_compaction, sqlite_table, monkeypatch):
+def test_commit_conflicts_when_the_branch_never_goes_quiet(sqlite_table, monkeypatch):
     import airflow_provider_iceberg_exec.engine.ops.results as commit_module
 
-    monkeypatch.setattr(COMMIT, _fake_commit(), raising=False)
+    monkeypatch.setattr(COMMIT, _fake_commit())
     monkeypatch.setattr(
         commit_module.time, "time", lambda: sqlite_table.current_snapshot().timestamp_ms / 1000
     )
@@ -407,13 +381,11 @@ def test_commit_conflicts_when_the_branch_never_goes_quiet(engine_compaction, sq
         op.execute(_context())
 
 
-def test_five_thousand_output_files_pass_through_xcom_by_reference(
-    engine_compaction, sqlite_table, monkeypatch
-):
+def test_five_thousand_output_files_pass_through_xcom_by_reference(sqlite_table, monkeypatch):
     """A rewrite that writes 5,000 files returns a small reference; the commit gets all 5,000 back."""
-    monkeypatch.setattr(REWRITE, _fake_rewrite(n_out=5000), raising=False)
+    monkeypatch.setattr(REWRITE, _fake_rewrite(n_out=5000))
     commit = _fake_commit()
-    monkeypatch.setattr(COMMIT, commit, raising=False)
+    monkeypatch.setattr(COMMIT, commit)
     xcom = CompactionRewriteOperator(task_id="rewrite", task_spec=_task(0, 3)).execute(_context("rewrite", 0))
     assert is_payload_ref(xcom)
     assert xcom["file_count"] == 5003
@@ -430,16 +402,14 @@ def test_five_thousand_output_files_pass_through_xcom_by_reference(
 # ---------------------------------------------------------------- single task
 
 
-def test_single_task_compaction_plans_rewrites_and_commits_in_one_call(
-    engine_compaction, sqlite_table, monkeypatch
-):
+def test_single_task_compaction_plans_rewrites_and_commits_in_one_call(sqlite_table, monkeypatch):
     seen = {}
 
     def compact(table, **kwargs):
         seen.update(kwargs)
         return {**_fake_commit()(table, [], commit_id=kwargs["commit_id"]), "snapshot_ids": [5]}
 
-    monkeypatch.setattr(COMPACT, compact, raising=False)
+    monkeypatch.setattr(COMPACT, compact)
     op = CompactionOperator(
         task_id="compact",
         table=TABLE,
@@ -458,8 +428,8 @@ def test_single_task_compaction_plans_rewrites_and_commits_in_one_call(
     assert event.dest_asset_key.uri == "iceberg://demo/ns/events"
 
 
-def test_commit_id_cannot_be_derived_outside_a_run(engine_compaction, sqlite_table, monkeypatch):
-    monkeypatch.setattr(COMPACT, lambda *a, **k: {}, raising=False)
+def test_commit_id_cannot_be_derived_outside_a_run(sqlite_table, monkeypatch):
+    monkeypatch.setattr(COMPACT, lambda *a, **k: {})
     with pytest.raises(AirflowFailException, match="commit id"):
         CompactionOperator(task_id="compact", table=TABLE).execute({})
 
@@ -515,35 +485,33 @@ def test_other_errors_propagate_so_retries_apply(error):
         raise error
 
 
-def test_unknown_table_fails_the_task_without_retry(engine_compaction, sqlite_table, monkeypatch):
-    monkeypatch.setattr(PLAN, lambda table, **kw: _plan([]), raising=False)
+def test_unknown_table_fails_the_task_without_retry(sqlite_table, monkeypatch):
+    monkeypatch.setattr(PLAN, lambda table, **kw: plan_of([]))
     with pytest.raises(AirflowFailException, match="TableNotFoundError"):
         CompactionPlanOperator(task_id="plan", table="ns.missing").execute(_context("plan"))
 
 
-def test_commit_conflict_from_the_engine_propagates(engine_compaction, sqlite_table, monkeypatch):
+def test_commit_conflict_from_the_engine_propagates(sqlite_table, monkeypatch):
     def conflict(*args, **kwargs):
         raise errors.CommitConflictError("base snapshot moved")
 
-    monkeypatch.setattr(COMMIT, conflict, raising=False)
+    monkeypatch.setattr(COMMIT, conflict)
     with pytest.raises(errors.CommitConflictError):
         CommitOperator(task_id="commit", results=[_fake_rewrite()(None, _task(0, 1), None)]).execute(
             _context()
         )
 
 
-def test_secrets_of_the_connection_never_reach_xcom_or_rendered_fields(
-    engine_compaction, sqlite_table, monkeypatch, tmp_path
-):
-    from tests.unit.airflow_layer.support import connection_json
+def test_secrets_of_the_connection_never_reach_xcom_or_rendered_fields(sqlite_table, monkeypatch, tmp_path):
+    from tests.unit.support import connection_json
 
     secret = "s3-secret-value-0123456789"
     monkeypatch.setenv(
         "AIRFLOW_CONN_ICEBERG_EXEC_DEFAULT", connection_json(tmp_path, s3_secret_access_key=secret)
     )
-    monkeypatch.setattr(PLAN, lambda table, **kw: _plan([_task(0, 2)]), raising=False)
-    monkeypatch.setattr(REWRITE, _fake_rewrite(), raising=False)
-    monkeypatch.setattr(COMMIT, _fake_commit(), raising=False)
+    monkeypatch.setattr(PLAN, lambda table, **kw: plan_of([_task(0, 2)]))
+    monkeypatch.setattr(REWRITE, _fake_rewrite())
+    monkeypatch.setattr(COMMIT, _fake_commit())
     plan = CompactionPlanOperator(task_id="plan", table=TABLE)
     plan.render_template_fields(_context("plan"))
     specs = plan.execute(_context("plan"))

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datafusion import SessionContext
 
-from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
+from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged, remove_staged
 
 
 def _batch(start: int, rows: int) -> pa.RecordBatch:
@@ -46,3 +46,24 @@ def test_an_empty_stage_reports_nothing_written(tmp_path: Path) -> None:
     assert not stage.close()
     stage.remove()
     assert not (tmp_path / "empty").exists()
+
+
+def test_a_staged_directory_registers_as_one_table_with_the_schema_of_its_parts(tmp_path: Path) -> None:
+    stage = StagedParquet(str(tmp_path / "stage"), row_group_bytes=1024, chunks_per_part=4)
+    for start in range(0, 3000, 1000):
+        stage.write(_batch(start, 1000))
+    assert stage.close()
+    assert stage.rows == 3000
+    ctx = SessionContext()
+    register_staged(ctx, "staged", str(tmp_path / "stage"))
+    assert ctx.table("staged").schema().names == ["id", "tag"]
+    assert ctx.sql("SELECT max(id) AS m FROM staged").to_pylist() == [{"m": 2999}]
+
+
+def test_remove_staged_removes_a_file_or_a_directory_and_ignores_what_is_absent(tmp_path: Path) -> None:
+    single = tmp_path / "one.parquet"
+    single.write_bytes(b"PAR1")
+    remove_staged(str(single))
+    assert not single.exists()
+    remove_staged(str(tmp_path / "never-written"))
+    remove_staged(None)

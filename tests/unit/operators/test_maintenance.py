@@ -20,7 +20,7 @@ from airflow_provider_iceberg_exec.operators.maintenance import (
     OrphanScanOperator,
     flag,
 )
-from tests.unit.airflow_layer.support import TABLE
+from tests.unit.support import TABLE
 
 SCAN = "airflow_provider_iceberg_exec.engine.ops.orphans.scan_orphan_files"
 DELETE = "airflow_provider_iceberg_exec.engine.ops.orphans.delete_orphan_files"

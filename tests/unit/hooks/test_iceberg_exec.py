@@ -8,7 +8,7 @@ import pytest
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook, catalog_config_from_connection
-from tests.unit.airflow_layer.support import connection_json
+from tests.unit.support import connection_json
 
 CONN_ENV = "AIRFLOW_CONN_ICEBERG_EXEC_DEFAULT"
 

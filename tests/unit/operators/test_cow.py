@@ -20,7 +20,7 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.io.payloads import is_payload_ref
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.cow import CowPlanOperator, CowRewriteOperator
-from tests.unit.airflow_layer.support import TABLE
+from tests.unit.support import TABLE
 
 ENGINE_COW = "airflow_provider_iceberg_exec.engine.ops.cow"
 PLAN = f"{ENGINE_COW}.plan_cow_rewrite"

@@ -18,7 +18,7 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_provider_iceberg_exec.operators.compaction import CompactionPlanOperator
 from airflow_provider_iceberg_exec.operators.resolve import ResolveEqualityDeletesOperator
 from tests.helpers import files_under
-from tests.unit.airflow_layer.support import ENGINE_COMPACTION, TABLE, plan_of
+from tests.unit.support import ENGINE_COMPACTION, TABLE, plan_of
 
 RESOLVE = "airflow_provider_iceberg_exec.engine.ops.resolve.resolve_equality_deletes"
 PLAN = f"{ENGINE_COMPACTION}.plan_compaction"

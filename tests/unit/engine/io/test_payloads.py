@@ -1,6 +1,6 @@
 """engine/io/payloads.py: large payloads are staged as JSON files under the table; references resolve back.
 
-Pure engine code (no Airflow); it lives here with the XCom tests it serves.
+Pure engine code (no Airflow): a PyArrow FileIO on a temporary directory.
 """
 
 from __future__ import annotations
@@ -156,3 +156,16 @@ def test_engine_payloads_module_does_not_import_airflow():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_exactly_the_threshold_stays_inline_and_one_more_is_staged(io, tmp_path):
+    doc = _result(10)  # 11 files
+    assert offload_payload(io, str(tmp_path), doc, name="edge", threshold=11) == doc
+    assert is_payload_ref(offload_payload(io, str(tmp_path), doc, name="edge", threshold=10))
+
+
+def test_a_payload_that_is_not_strict_json_is_refused_before_anything_is_written(io, tmp_path):
+    doc = {**_result(5), "ratio": float("nan")}
+    with pytest.raises(DataFileCodecError, match="is not JSON-serializable"):
+        offload_payload(io, str(tmp_path), doc, name="nan", threshold=0)
+    assert not (tmp_path / "metadata").exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-DAGS = sorted((Path(__file__).resolve().parents[3] / "dags_examples").glob("example_*.py"))
+DAGS = sorted((Path(__file__).resolve().parents[2] / "dags_examples").glob("example_*.py"))
 
 # Parse the files one after another in a fresh interpreter, the way the DAG processor does (Airflow
 # already imported); report each file's parse time, the heavy modules loaded so far, and its tasks.
