@@ -187,6 +187,7 @@ def new_manifest_writer(
         manifest-list entry (sequence numbers left for the manifest-list writer to assign).
     :raises ValueError: for format version 3 or more, or delete content in a v1 table.
     """
+    prepare: Callable[[ManifestEntry], ManifestEntry]
     if format_version == 1:
         if content != ManifestContent.DATA:
             raise ValueError("v1 tables have no delete manifests")
