@@ -17,7 +17,8 @@ It reads the producer's ``_transaction``, ``_io``, ``_snapshot_id``, ``_parent_s
 head, refreshed by ``_refresh_for_retry`` before each retry), ``_operation`` and ``_compression``, writes
 through ``new_manifest_output`` (which records written manifests for cleanup), sets
 ``_starting_snapshot_id`` (read by ``Transaction`` to resolve a commit window we do not use) and calls
-``_clean_all_uncommitted``.
+``_clean_all_uncommitted``. :func:`apply_updates` stages metadata updates PyIceberg has no builder for
+through ``Transaction._apply``.
 
 Retries are PyIceberg's: ``Transaction.commit_transaction`` retries ``CommitFailedException`` with the
 table's ``commit.retry.*`` properties (exponential backoff), refreshes the table and calls the producer's
@@ -25,7 +26,7 @@ table's ``commit.retry.*`` properties (exponential backoff), refreshes the table
 wrote; after an unknown outcome it deletes nothing.
 
 tests/unit/engine/test_pyiceberg_private_api.py checks every one of these names against the installed
-PyIceberg, and that no other commit module uses one.
+PyIceberg, and that no other engine module but :mod:`~.io.pyiceberg_internals` uses a private one.
 """
 
 from __future__ import annotations
