@@ -249,21 +249,9 @@ def delete_unreferenced(
         )
         return CleanupReport(unproven=tuple(candidates))
     referenced = [uri for uri in inside if _path(uri) in live]
-    delete = remove or table.io.delete
-    deleted: list[str] = []
-    missing: list[str] = []
-    failed: list[str] = []
-    for uri in inside:
-        if _path(uri) in live:
-            continue
-        try:
-            delete(uri)
-        except FileNotFoundError:
-            missing.append(uri)
-        except OSError as err:
-            failed.append(f"{uri}: {' '.join(str(err).split()) or type(err).__name__}")
-        else:
-            deleted.append(uri)
+    deleted, missing, failed = _delete_each(
+        [uri for uri in inside if _path(uri) not in live], remove or table.io.delete
+    )
     report = CleanupReport(tuple(deleted), tuple(referenced), tuple(outside), tuple(missing), tuple(failed))
     for uri in referenced:
         log.warning("%s: keeping %s (%s): the table's current metadata references it", name, uri, what)
@@ -273,6 +261,25 @@ def delete_unreferenced(
         log.warning("%s: could not delete %s (%s); the orphan scan will find it", name, line, what)
     log.info("%s: %s: %s", name, what, report.describe())
     return report
+
+
+def _delete_each(
+    uris: Sequence[str], delete: Callable[[str], None]
+) -> tuple[list[str], list[str], list[str]]:
+    """Delete each of ``uris``; return those deleted, those already gone and the failures (``"uri: why"``)."""
+    deleted: list[str] = []
+    missing: list[str] = []
+    failed: list[str] = []
+    for uri in uris:
+        try:
+            delete(uri)
+        except FileNotFoundError:
+            missing.append(uri)
+        except OSError as err:
+            failed.append(f"{uri}: {' '.join(str(err).split()) or type(err).__name__}")
+        else:
+            deleted.append(uri)
+    return deleted, missing, failed
 
 
 def uris_of(files: Iterable[Mapping[str, object]]) -> list[str]:

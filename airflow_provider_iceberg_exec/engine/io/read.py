@@ -73,11 +73,14 @@ def iter_data_file_batches(
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyiceberg.io.fileformat import FileFormatFactory
-    from pyiceberg.io.pyarrow import _get_column_projection_values, _to_requested_schema, pyarrow_to_schema
-    from pyiceberg.manifest import FileFormat
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
     from pyiceberg.schema import prune_columns
     from pyiceberg.types import ListType, MapType
+
+    from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import (
+        batch_projection,
+        partition_projection_values,
+    )
 
     path = data_file.file_path
     try:
@@ -102,9 +105,7 @@ def iter_data_file_batches(
                 "(schema.name-mapping.default); add one"
             ) from err
         # Columns missing from a file but fixed by an identity partition are filled from the partition.
-        missing_values = _get_column_projection_values(
-            data_file, table_schema, table_schema, spec, file_schema.field_ids
-        )
+        missing_values = partition_projection_values(data_file, table_schema, spec, file_schema.field_ids)
         # Like PyIceberg's ArrowScan: list and map ids cannot be selected themselves (prune_columns
         # raises); selecting their element, key and value ids keeps them.
         wanted = {
@@ -114,20 +115,14 @@ def iter_data_file_batches(
         }
         file_projection = prune_columns(file_schema, wanted, select_full_types=False)
         columns = [column.name for column in file_projection.columns]
+        project = batch_projection(
+            table_schema, file_projection, format_version=format_version, missing_values=missing_values
+        )
         read_rows = 0
         try:
             for batch in parquet.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):
                 read_rows += batch.num_rows
-                yield _to_requested_schema(
-                    table_schema,
-                    file_projection,
-                    batch,
-                    downcast_ns_timestamp_to_us=format_version <= 2,
-                    include_field_ids=True,
-                    format_model=FileFormatFactory.get(FileFormat.PARQUET),
-                    projected_missing_fields=missing_values,
-                    allow_timestamp_tz_mismatch=True,
-                )
+                yield project(batch)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
             raise DataFileReadError(f"data file {path} is corrupt: {err}") from err
         if read_rows != data_file.record_count:

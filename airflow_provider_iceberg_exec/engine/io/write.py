@@ -171,12 +171,13 @@ class RollingDataFileWriter:
         file_prefix: str = "rewrite",
     ) -> None:
         from pyiceberg.io.pyarrow import (
-            _get_parquet_writer_kwargs,
             compute_statistics_plan,
             parquet_path_to_id_mapping,
             schema_to_pyarrow,
         )
         from pyiceberg.schema import sanitize_column_names
+
+        from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import parquet_writer_kwargs
 
         self._io = io
         self._locations = location_provider
@@ -188,7 +189,7 @@ class RollingDataFileWriter:
         row_group_bytes = int(self._properties.get(_ROW_GROUP_SIZE_BYTES, _DEFAULT_ROW_GROUP_SIZE_BYTES))
         self._row_group_bytes = max(1, min(row_group_bytes, buffer_bytes))
         # PyIceberg warns on row-group-size-bytes because it does not implement it; we do.
-        self._writer_kwargs = _get_parquet_writer_kwargs(
+        self._writer_kwargs = parquet_writer_kwargs(
             {k: v for k, v in self._properties.items() if k != _ROW_GROUP_SIZE_BYTES}
         )
         # PyIceberg passes write.parquet.page-row-limit (20000) as PyArrow's write_batch_size, and PyArrow

@@ -10,6 +10,10 @@ module:
 - writes v1 and v2 manifests from that layout, for either content (``data`` or ``deletes``), with the
   v2 file schema extended by field 143 and the ``schema-id`` key the v2 spec requires.
 
+The writers are PyIceberg's, subclassed in :mod:`~.io.pyiceberg_internals` (the one module of reading
+and writing that touches PyIceberg's private API); this module gives them the schemas, the entry
+conversion and the metadata.
+
 Sequence numbers are written as given: ``None`` on an ADDED entry means "inherit the snapshot's",
 anything else is explicit (spec, "Sequence Number Inheritance").
 """
@@ -17,10 +21,11 @@ anything else is explicit (spec, "Sequence Number Inheritance").
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
-from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.avro.file import AvroFile
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
@@ -33,9 +38,6 @@ from pyiceberg.manifest import (
     ManifestEntryStatus,
     ManifestFile,
     ManifestWriter,
-    ManifestWriterV1,
-    ManifestWriterV2,
-    _inherit_from_manifest,
     data_file_with_partition,
     manifest_entry_schema_with_data_file,
 )
@@ -43,6 +45,11 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import TableVersion
 from pyiceberg.types import StructType
+
+from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import (
+    inherit_from_manifest,
+    open_manifest_writer,
+)
 
 __all__ = [
     "REFERENCED_DATA_FILE_FIELD_ID",
@@ -128,7 +135,7 @@ def read_manifest_entries(
         read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
     ) as reader:
         return [
-            _inherit_from_manifest(entry, manifest)
+            inherit_from_manifest(entry, manifest)
             for entry in reader
             if not discard_deleted or entry.status != ManifestEntryStatus.DELETED
         ]
@@ -157,64 +164,6 @@ def _in_record_layout(entry: ManifestEntry) -> ManifestEntry:
     )
 
 
-class _ManifestWriterV1(ManifestWriterV1):
-    """PyIceberg's v1 writer, fed with v3-layout records."""
-
-    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
-        return AvroOutputFile[ManifestEntry](
-            output_file=self._output_file,
-            file_schema=_entry_schema(self._spec, self._schema, 1),
-            record_schema=_entry_schema(self._spec, self._schema, _RECORD_VERSION),
-            schema_name="manifest_entry",
-            metadata=self._meta,
-        )
-
-    def add_entry(self, entry: ManifestEntry) -> ManifestWriter:
-        return super().add_entry(_in_record_layout(entry))
-
-
-class _ManifestWriterV2(ManifestWriterV2):
-    """PyIceberg's v2 writer with a content of our choice, field 143 and ``schema-id``."""
-
-    def __init__(
-        self,
-        content: ManifestContent,
-        spec: PartitionSpec,
-        schema: Schema,
-        output_file: OutputFile,
-        snapshot_id: int,
-        avro_compression: AvroCompressionCodec,
-    ) -> None:
-        super().__init__(spec, schema, output_file, snapshot_id, avro_compression)
-        self._content = content
-
-    def content(self) -> ManifestContent:
-        return self._content
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {
-            **super()._meta,
-            "content": "deletes" if self._content == ManifestContent.DELETES else "data",
-            "schema-id": str(self._schema.schema_id),
-        }
-
-    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
-        return AvroOutputFile[ManifestEntry](
-            output_file=self._output_file,
-            file_schema=_entry_schema(self._spec, self._schema, 2),
-            record_schema=_entry_schema(self._spec, self._schema, _RECORD_VERSION),
-            schema_name="manifest_entry",
-            metadata=self._meta,
-        )
-
-    def add_entry(self, entry: ManifestEntry) -> ManifestWriter:
-        is_delete_file = entry.data_file.content != DataFileContent.DATA
-        if is_delete_file != (self._content == ManifestContent.DELETES):
-            raise ValueError(f"cannot write {entry.data_file.content!r} into a {self._content!r} manifest")
-        return super().add_entry(_in_record_layout(entry))
-
-
 def new_manifest_writer(
     *,
     format_version: int,
@@ -238,10 +187,44 @@ def new_manifest_writer(
         manifest-list entry (sequence numbers left for the manifest-list writer to assign).
     :raises ValueError: for format version 3 or more, or delete content in a v1 table.
     """
+    prepare: Callable[[ManifestEntry], ManifestEntry]
     if format_version == 1:
         if content != ManifestContent.DATA:
             raise ValueError("v1 tables have no delete manifests")
-        return _ManifestWriterV1(spec, schema, output_file, snapshot_id, avro_compression)
-    if format_version == 2:
-        return _ManifestWriterV2(content, spec, schema, output_file, snapshot_id, avro_compression)
-    raise ValueError(f"cannot write manifests for format version {format_version}")
+        prepare, extra_metadata = _in_record_layout, {}
+        file_schema = _entry_schema(spec, schema, 1)
+    elif format_version == 2:
+        prepare = _content_checked(content)
+        # v2 requires schema-id; PyIceberg's v2 writer always writes content "data".
+        extra_metadata = {
+            "content": "deletes" if content == ManifestContent.DELETES else "data",
+            "schema-id": str(schema.schema_id),
+        }
+        file_schema = _entry_schema(spec, schema, 2)
+    else:
+        raise ValueError(f"cannot write manifests for format version {format_version}")
+    return open_manifest_writer(
+        format_version=format_version,
+        content=content,
+        spec=spec,
+        schema=schema,
+        output_file=output_file,
+        snapshot_id=snapshot_id,
+        avro_compression=avro_compression,
+        file_schema=file_schema,
+        record_schema=_entry_schema(spec, schema, _RECORD_VERSION),
+        prepare=prepare,
+        extra_metadata=extra_metadata,
+    )
+
+
+def _content_checked(content: ManifestContent) -> Callable[[ManifestEntry], ManifestEntry]:
+    """Convert an entry to the record layout, refusing a file of the other content."""
+
+    def prepare(entry: ManifestEntry) -> ManifestEntry:
+        is_delete_file = entry.data_file.content != DataFileContent.DATA
+        if is_delete_file != (content == ManifestContent.DELETES):
+            raise ValueError(f"cannot write {entry.data_file.content!r} into a {content!r} manifest")
+        return _in_record_layout(entry)
+
+    return prepare

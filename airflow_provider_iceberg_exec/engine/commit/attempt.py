@@ -1,0 +1,273 @@
+"""One commit attempt: read the branch head, validate from the base, and decide the manifests to write.
+
+PyIceberg's retry loop calls the snapshot producer once per attempt, against refreshed metadata;
+:func:`prepare_attempt` is what it does then, before anything is written, so that a failed validation
+leaves no file behind:
+
+1. a snapshot that already carries the commit id ends the commit
+   (:class:`~.idempotency.AlreadyCommittedError`);
+2. the base must be an ancestor of the head, every file to remove must still be live in the head, and
+   the operation's checks must pass (:mod:`.conflicts`), with the delete files to remove decided at the
+   head (:mod:`.dangling`);
+3. every added file must still exist (a commit that retried for long may have outlived a short orphan
+   age, and must never make a file live that is gone).
+
+:meth:`Attempt.write_manifests` then writes, as Java's ``ManifestFilterManager``, one filtered copy of
+every head manifest that holds a file to remove, and one manifest per spec of the added files.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pyiceberg.exceptions import ValidationException
+from pyiceberg.expressions import And, BooleanExpression, EqualTo, IsNull, Or, Reference
+from pyiceberg.expressions.visitors import manifest_evaluator
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriter,
+)
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.typedef import Record
+
+from airflow_provider_iceberg_exec.engine.commit.change import FilesChange, History, some, spec_id_of
+from airflow_provider_iceberg_exec.engine.commit.conflicts import validation_history
+from airflow_provider_iceberg_exec.engine.commit.dangling import delete_files_to_remove
+from airflow_provider_iceberg_exec.engine.commit.idempotency import AlreadyCommittedError, find_commit
+from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
+
+__all__ = ["Attempt", "ManifestRewrite", "prepare_attempt"]
+
+#: Opens a manifest writer for (content, spec id) of the snapshot being produced.
+OpenWriter = Callable[[ManifestContent, int], ManifestWriter]
+
+
+@dataclass
+class ManifestRewrite:
+    """A head manifest holding files to remove: its other live entries stay as EXISTING."""
+
+    manifest: ManifestFile
+    kept: list[ManifestEntry] = field(default_factory=list)
+    removed: list[ManifestEntry] = field(default_factory=list)
+
+
+@dataclass
+class Attempt:
+    """What one commit attempt validated against the branch head and will write."""
+
+    metadata: TableMetadata  # the branch head's metadata, read once: each Transaction read copies it
+    base: Snapshot | None
+    carried: list[ManifestFile]
+    rewrites: list[ManifestRewrite]
+
+    @property
+    def removed_entries(self) -> Iterable[ManifestEntry]:
+        """The live entries this attempt removes, data and delete files."""
+        return itertools.chain.from_iterable(rewrite.removed for rewrite in self.rewrites)
+
+    def write_manifests(
+        self, change: FilesChange, snapshot_id: int, open_writer: OpenWriter
+    ) -> list[ManifestFile]:
+        """Write the added and the filtered manifests; return every manifest of the new snapshot."""
+        metadata = self.metadata
+        explicit_seq = (
+            self.base.sequence_number
+            if change.explicit_sequence_number and self.base is not None and metadata.format_version >= 2
+            else None
+        )
+        manifests: list[ManifestFile] = []
+
+        by_spec: dict[int, list[DataFile]] = defaultdict(list)
+        for data_file in change.added:
+            by_spec[spec_id_of(data_file, metadata.default_spec_id)].append(data_file)
+        for spec_id, files in by_spec.items():
+            with open_writer(ManifestContent.DATA, spec_id) as writer:
+                for data_file in files:
+                    # An explicit data sequence number is written as is; None is inherited on read.
+                    # The file sequence number is always inherited: it records this commit.
+                    writer.add_entry(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED,
+                            snapshot_id=snapshot_id,
+                            sequence_number=explicit_seq,
+                            file_sequence_number=None,
+                            data_file=data_file,
+                        )
+                    )
+            manifests.append(writer.to_manifest_file())
+
+        for rewrite in self.rewrites:
+            # Like Java's ManifestFilterManager: one filtered manifest per affected manifest, with
+            # both sequence numbers explicit on EXISTING and DELETED entries (spec requirement).
+            with open_writer(rewrite.manifest.content, rewrite.manifest.partition_spec_id) as writer:
+                for entry in rewrite.kept:
+                    writer.add_entry(_copy_entry(entry, ManifestEntryStatus.EXISTING, entry.snapshot_id))
+                for entry in rewrite.removed:
+                    writer.add_entry(_copy_entry(entry, ManifestEntryStatus.DELETED, snapshot_id))
+            manifests.append(writer.to_manifest_file())
+
+        # Manifests without live files (only old DELETED entries) are dropped, as Java's producers do.
+        manifests.extend(m for m in self.carried if m.has_added_files() or m.has_existing_files())
+        return manifests
+
+
+def prepare_attempt(
+    change: FilesChange, io: FileIO, metadata: TableMetadata, head_snapshot_id: int | None
+) -> Attempt:
+    """Check and plan one attempt against ``metadata``, whose branch head is ``head_snapshot_id``.
+
+    :raises AlreadyCommittedError: when a snapshot carries the commit id.
+    :raises ValidationException: when validation from the base fails, or an added file is gone.
+    """
+    # Our own earlier attempt cannot show up here: Transaction stops retrying as soon as it finds
+    # the producer's (stable) snapshot id, before calling it again.
+    if (found := find_commit(metadata, change.branch, change.commit_id)) is not None:
+        raise AlreadyCommittedError(found)
+    # Read and validate before writing anything, so that a failed validation leaves no file behind.
+    attempt = _plan_attempt(change, io, metadata, head_snapshot_id)
+    # On every attempt: a commit that retried for long may have outlived a short orphan age, and
+    # must never make a file live that is gone.
+    if gone := [f.file_path for f in change.added if not io.new_input(f.file_path).exists()]:
+        raise ValidationException(
+            f"output files no longer exist (removed as orphans while the commit retried?): "
+            f"{some(gone)}; plan and rewrite again"
+        )
+    return attempt
+
+
+def _plan_attempt(
+    change: FilesChange, io: FileIO, metadata: TableMetadata, head_snapshot_id: int | None
+) -> Attempt:
+    head = metadata.snapshot_by_id(head_snapshot_id) if head_snapshot_id is not None else None
+    if head is None:
+        if (
+            change.base_snapshot_id is None
+            and not change.removed_data_files
+            and not change.removed_delete_files
+        ):
+            # Adding to a branch that had and still has no snapshot: nothing to validate.
+            return Attempt(metadata=metadata, base=None, carried=[], rewrites=[])
+        raise ValidationException(
+            f"Cannot determine history between starting snapshot {change.base_snapshot_id} and the last "
+            f"known ancestor None: branch {change.branch} has no snapshot"
+        )
+    base, window = validation_history(metadata, head, change.base_snapshot_id)
+    removed_deletes = delete_files_to_remove(io, metadata, head, base, change)
+
+    removed_paths = {f.file_path for f in change.removed_data_files}
+    removed_delete_paths = {f.file_path for f in removed_deletes}
+    attempt = Attempt(metadata=metadata, base=base, carried=[], rewrites=[])
+    _split_manifests(
+        attempt,
+        io,
+        head,
+        {ManifestContent.DATA: removed_paths, ManifestContent.DELETES: removed_delete_paths},
+        {
+            ManifestContent.DATA: _manifest_filter(metadata, change.removed_data_files),
+            ManifestContent.DELETES: _manifest_filter(metadata, removed_deletes),
+        },
+    )
+    found = {entry.data_file.file_path for entry in attempt.removed_entries}
+    if missing := (removed_paths | removed_delete_paths) - found:
+        raise ValidationException(f"Missing required files to delete: {some(sorted(missing))}")
+
+    removed = [e.data_file for e in attempt.removed_entries if e.data_file.content == DataFileContent.DATA]
+    if window:
+        change.validate(change, History(io=io, metadata=metadata, base=base, window=window), removed)
+    return attempt
+
+
+def _split_manifests(
+    attempt: Attempt,
+    io: FileIO,
+    head: Snapshot,
+    paths_by_content: dict[ManifestContent, set[str]],
+    may_hold: dict[ManifestContent, Callable[[ManifestFile], bool]],
+) -> None:
+    """Sort the head's manifests into those carried as they are and those that hold a file to remove."""
+    for manifest in head.manifests(io):
+        paths = paths_by_content[manifest.content]
+        if not paths or not may_hold[manifest.content](manifest):
+            attempt.carried.append(manifest)
+            continue
+        rewrite = ManifestRewrite(manifest)
+        for entry in read_manifest_entries(io, manifest, discard_deleted=True):
+            (rewrite.removed if entry.data_file.file_path in paths else rewrite.kept).append(entry)
+        if rewrite.removed:
+            attempt.rewrites.append(rewrite)
+        else:
+            attempt.carried.append(manifest)
+
+
+def _copy_entry(entry: ManifestEntry, status: ManifestEntryStatus, snapshot_id: int | None) -> ManifestEntry:
+    return ManifestEntry.from_args(
+        status=status,
+        snapshot_id=snapshot_id,
+        sequence_number=entry.sequence_number,
+        file_sequence_number=entry.file_sequence_number,
+        data_file=entry.data_file,
+    )
+
+
+def _manifest_filter(metadata: TableMetadata, files: Sequence[DataFile]) -> Callable[[ManifestFile], bool]:
+    """Return a test "may this manifest list one of ``files``?", pruning by spec and partition summaries.
+
+    Answers ``True`` whenever it cannot tell (unknown spec id, a partition value it cannot bind).
+    """
+    partitions: dict[int, set[Record]] = defaultdict(set)
+    for data_file in files:
+        try:
+            partitions[data_file.spec_id].add(data_file.partition)
+        except AttributeError:
+            return lambda manifest: True
+    specs = metadata.specs()
+    evaluators: dict[int, Callable[[ManifestFile], bool]] = {}
+
+    def may_hold(manifest: ManifestFile) -> bool:
+        spec_id = manifest.partition_spec_id
+        if spec_id not in partitions:
+            return False
+        spec = specs[spec_id]
+        if spec.is_unpartitioned():
+            return True
+        if spec_id not in evaluators:
+            evaluators[spec_id] = _partition_evaluator(spec, metadata, partitions[spec_id])
+        try:
+            return evaluators[spec_id](manifest)
+        except (TypeError, ValueError):
+            return True
+
+    return may_hold
+
+
+def _partition_evaluator(
+    spec: PartitionSpec, metadata: TableMetadata, partitions: set[Record]
+) -> Callable[[ManifestFile], bool]:
+    schema = metadata.schema()
+    try:
+        names = [field.name for field in spec.partition_type(schema).fields]
+        clauses: list[BooleanExpression] = []
+        for partition in partitions:
+            terms: list[BooleanExpression] = [
+                IsNull(term=Reference(name))
+                if partition[pos] is None
+                else EqualTo(term=Reference(name), value=partition[pos])
+                for pos, name in enumerate(names)
+            ]
+            clauses.append(terms[0] if len(terms) == 1 else And(*terms))
+        predicate = clauses[0] if len(clauses) == 1 else Or(*clauses)
+        return manifest_evaluator(spec, schema, predicate)
+    except (TypeError, ValueError):
+        # Pruning is an optimisation: read the manifest rather than fail on an unusual partition type.
+        return lambda manifest: True

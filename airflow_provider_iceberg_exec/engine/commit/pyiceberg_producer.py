@@ -1,0 +1,164 @@
+"""The one module of the commits that relies on PyIceberg's private commit API (PyIceberg 0.12).
+
+PyIceberg 0.12 has no ``replace`` producer, cannot give added files an explicit data sequence number and
+cannot write delete manifests, so the commits bring their own snapshot producer, :class:`FilesProducer`.
+It subclasses PyIceberg's private ``_SnapshotProducer``, reusing its manifest-list writing, snapshot and
+ref updates and its bookkeeping of written manifests, and overrides its hooks:
+
+- ``_commit``: plans and validates the attempt (:func:`~.attempt.prepare_attempt`) against the
+  transaction's metadata, on every attempt, then lets PyIceberg write the manifest list;
+- ``_manifests``: the manifests of :meth:`~.attempt.Attempt.write_manifests`;
+- ``_summary``: :func:`~.summary.snapshot_summary_properties` (PyIceberg's ``update_snapshot_summaries``
+  refuses ``replace``);
+- ``_validate_concurrency``: nothing (validation is ours, in ``_commit``), and ``_deleted_entries`` /
+  ``_existing_manifests`` (abstract) from the attempt.
+
+It reads the producer's ``_transaction``, ``_io``, ``_snapshot_id``, ``_parent_snapshot_id`` (the branch
+head, refreshed by ``_refresh_for_retry`` before each retry), ``_operation`` and ``_compression``, writes
+through ``new_manifest_output`` (which records written manifests for cleanup), sets
+``_starting_snapshot_id`` (read by ``Transaction`` to resolve a commit window we do not use) and calls
+``_clean_all_uncommitted``. :func:`apply_updates` stages metadata updates PyIceberg has no builder for
+through ``Transaction._apply``.
+
+Retries are PyIceberg's: ``Transaction.commit_transaction`` retries ``CommitFailedException`` with the
+table's ``commit.retry.*`` properties (exponential backoff), refreshes the table and calls the producer's
+``_commit`` again. On ``CommitFailedException`` and ``ValidationException`` it deletes the manifests we
+wrote; after an unknown outcome it deletes nothing.
+
+tests/unit/engine/test_pyiceberg_private_api.py checks every one of these names against the installed
+PyIceberg, and that no other engine module but :mod:`~.io.pyiceberg_internals` uses a private one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestFile, ManifestWriter
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.snapshots import Summary
+from pyiceberg.table.update import TableUpdate, UpdatesAndRequirements
+from pyiceberg.table.update.snapshot import _SnapshotProducer
+from pyiceberg.typedef import EMPTY_DICT
+
+from airflow_provider_iceberg_exec.engine.commit.attempt import Attempt, prepare_attempt
+from airflow_provider_iceberg_exec.engine.commit.change import FilesChange
+from airflow_provider_iceberg_exec.engine.commit.summary import snapshot_summary_properties
+from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
+
+__all__ = ["FilesProducer", "StagedFiles", "apply_updates", "stage_files"]
+
+
+class FilesProducer(_SnapshotProducer["FilesProducer"]):
+    """A snapshot producer that removes and adds files, validated from a base snapshot on every attempt.
+
+    Java's ``BaseRewriteFiles`` and ``BaseOverwriteFiles`` on PyIceberg's private ``_SnapshotProducer``;
+    what it removes, adds and checks is the plain :class:`~.change.FilesChange`.
+    """
+
+    def __init__(
+        self, transaction: Transaction, table: Table, change: FilesChange, snapshot_properties: dict[str, str]
+    ) -> None:
+        super().__init__(
+            operation=change.operation,
+            transaction=transaction,
+            io=table.io,
+            snapshot_properties=snapshot_properties,
+            branch=change.branch,
+        )
+        # Validation is ours, from the base snapshot, in _commit. None keeps Transaction's CommitWindow
+        # lookup from failing on its own terms (it would look up the head this producer started from).
+        self._starting_snapshot_id = None
+        self._change = change
+        self._attempt: Attempt | None = None
+
+    # -- hooks of _SnapshotProducer -------------------------------------------------------------------
+
+    def _validate_concurrency(self) -> None:
+        """Do nothing: :meth:`_commit` validates from the base snapshot on every attempt."""
+
+    def _commit(self) -> UpdatesAndRequirements:
+        self._attempt = prepare_attempt(
+            self._change, self._io, self._transaction.table_metadata, self._parent_snapshot_id
+        )
+        return super()._commit()
+
+    def _deleted_entries(self) -> list[ManifestEntry]:
+        return list(self._current_attempt().removed_entries)
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        return list(self._current_attempt().carried)
+
+    def _manifests(self) -> list[ManifestFile]:
+        return self._current_attempt().write_manifests(self._change, self._snapshot_id, self._new_writer)
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        attempt = self._current_attempt()
+        metadata = attempt.metadata
+        parent = (
+            metadata.snapshot_by_id(self._parent_snapshot_id)
+            if self._parent_snapshot_id is not None
+            else None
+        )
+        properties = snapshot_summary_properties(
+            metadata,
+            added=self._change.added,
+            removed=[entry.data_file for entry in attempt.removed_entries],
+            previous=parent.summary.additional_properties if parent is not None and parent.summary else None,
+            snapshot_properties=snapshot_properties,
+        )
+        return Summary(operation=self._operation, **properties)
+
+    # -- ours -----------------------------------------------------------------------------------------
+
+    def _current_attempt(self) -> Attempt:
+        if self._attempt is None:  # pragma: no cover - _commit always plans first
+            raise RuntimeError("no commit attempt planned")
+        return self._attempt
+
+    def _new_writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
+        metadata = self._current_attempt().metadata
+        return new_manifest_writer(
+            format_version=metadata.format_version,
+            content=content,
+            spec=metadata.specs()[spec_id],
+            schema=metadata.schema(),
+            output_file=self.new_manifest_output(),
+            snapshot_id=self._snapshot_id,
+            avro_compression=self._compression,
+        )
+
+
+@dataclass(frozen=True)
+class StagedFiles:
+    """A transaction with a :class:`FilesProducer` in it, nothing written yet."""
+
+    transaction: Transaction
+    producer: FilesProducer
+
+    def commit(self) -> int:
+        """Validate, write the manifests, and commit through PyIceberg's retry loop; return the snapshot id.
+
+        :raises AlreadyCommittedError: when a snapshot with the commit id appeared (see :mod:`.attempt`).
+        """
+        try:
+            self.producer.commit()  # first attempt: validate, write manifests, stage the snapshot
+        except BaseException:
+            # Nothing has reached the catalog yet, so whatever this attempt wrote is unreferenced.
+            self.producer._clean_all_uncommitted()
+            raise
+        self.transaction.commit_transaction()  # catalog commit, with PyIceberg's retry loop
+        return self.producer.snapshot_id
+
+
+def stage_files(table: Table, change: FilesChange, snapshot_properties: dict[str, str]) -> StagedFiles:
+    """A new transaction on ``table`` with the producer of ``change`` (reads nothing, writes nothing)."""
+    transaction = table.transaction()
+    return StagedFiles(transaction, FilesProducer(transaction, table, change, snapshot_properties))
+
+
+def apply_updates(transaction: Transaction, updates: tuple[TableUpdate, ...]) -> None:
+    """Stage metadata updates PyIceberg has no builder for (``RemovePartitionStatisticsUpdate``, say).
+
+    Through the private ``Transaction._apply``, which checks and applies them to the staged metadata.
+    """
+    transaction._apply(updates)

@@ -1,0 +1,114 @@
+"""The summary of a snapshot that adds and removes files, as Java's ``SnapshotProducer.summary()`` writes it.
+
+PyIceberg's ``update_snapshot_summaries`` refuses a ``replace`` snapshot, so the commits build their
+summary here: PyIceberg's ``SnapshotSummaryCollector`` for the per-file counts, Java's
+``changed-partition-count`` and the ``total-*`` counts carried from the parent's summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import TableProperties
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import (
+    ADDED_DATA_FILES,
+    ADDED_DELETE_FILES,
+    ADDED_EQUALITY_DELETES,
+    ADDED_FILE_SIZE,
+    ADDED_POSITION_DELETES,
+    ADDED_RECORDS,
+    CHANGED_PARTITION_COUNT_PROP,
+    DELETED_DATA_FILES,
+    DELETED_RECORDS,
+    REMOVED_DELETE_FILES,
+    REMOVED_EQUALITY_DELETES,
+    REMOVED_FILE_SIZE,
+    REMOVED_POSITION_DELETES,
+    TOTAL_DATA_FILES,
+    TOTAL_DELETE_FILES,
+    TOTAL_EQUALITY_DELETES,
+    TOTAL_FILE_SIZE,
+    TOTAL_POSITION_DELETES,
+    TOTAL_RECORDS,
+    SnapshotSummaryCollector,
+)
+from pyiceberg.typedef import EMPTY_DICT
+
+from airflow_provider_iceberg_exec.engine.commit.change import spec_id_of
+
+__all__ = ["snapshot_summary_properties"]
+
+# (total, added, removed) summary keys, in Java's SnapshotProducer.summary() order.
+_TOTALS = (
+    (TOTAL_RECORDS, ADDED_RECORDS, DELETED_RECORDS),
+    (TOTAL_FILE_SIZE, ADDED_FILE_SIZE, REMOVED_FILE_SIZE),
+    (TOTAL_DATA_FILES, ADDED_DATA_FILES, DELETED_DATA_FILES),
+    (TOTAL_DELETE_FILES, ADDED_DELETE_FILES, REMOVED_DELETE_FILES),
+    (TOTAL_POSITION_DELETES, ADDED_POSITION_DELETES, REMOVED_POSITION_DELETES),
+    (TOTAL_EQUALITY_DELETES, ADDED_EQUALITY_DELETES, REMOVED_EQUALITY_DELETES),
+)
+
+
+def snapshot_summary_properties(
+    metadata: TableMetadata,
+    *,
+    added: Iterable[DataFile],
+    removed: Iterable[DataFile],
+    previous: Mapping[str, str] | None,
+    snapshot_properties: Mapping[str, str] = EMPTY_DICT,
+) -> dict[str, str]:
+    """The summary properties (all but ``operation``) of a snapshot that adds and removes files, as Java's.
+
+    ``added-*`` / ``deleted-*`` / ``removed-*`` counts and sizes by content, per-partition summaries up to
+    ``write.summary.partition-limit``, ``changed-partition-count`` (the unpartitioned "partition" counts,
+    as in Java) and the ``total-*`` counts carried from the parent's summary.
+
+    :param metadata: the table metadata the snapshot is committed on (schema and specs).
+    :param added: files added (a file without ``spec_id`` is in the default spec).
+    :param removed: files removed (data or delete files).
+    :param previous: the parent snapshot's summary properties; ``None`` when there is no parent.
+    :param snapshot_properties: extra properties, written last.
+    """
+    schema = metadata.schema()
+    specs = metadata.specs()
+    limit = int(
+        metadata.properties.get(
+            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT,
+            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT,
+        )
+    )
+    collector = SnapshotSummaryCollector(partition_summary_limit=limit)
+    changed_partitions: set[str] = set()
+    for data_file in added:
+        spec = specs[spec_id_of(data_file, metadata.default_spec_id)]
+        collector.add_file(data_file, schema=schema, partition_spec=spec)
+        changed_partitions.add(spec.partition_to_path(data_file.partition, schema))
+    for data_file in removed:
+        spec = specs[spec_id_of(data_file, metadata.default_spec_id)]
+        collector.remove_file(data_file, schema=schema, partition_spec=spec)
+        changed_partitions.add(spec.partition_to_path(data_file.partition, schema))
+
+    properties = collector.build()
+    # Java counts the unpartitioned "partition" too (key ""), PyIceberg's collector does not.
+    properties[CHANGED_PARTITION_COUNT_PROP] = str(len(changed_partitions))
+    properties.update(snapshot_properties)
+    _add_totals(properties, previous)
+    return properties
+
+
+def _add_totals(properties: dict[str, str], previous: Mapping[str, str] | None) -> None:
+    """Carry the ``total-*`` counts from the parent, as Java's SnapshotProducer and PyIceberg do."""
+    if previous is None:
+        previous = {total: "0" for total, _, _ in _TOTALS}
+    for total, added, removed in _TOTALS:
+        previous_total = previous.get(total)
+        if previous_total is None:
+            continue  # Java skips a total the parent did not have
+        try:
+            value = int(previous_total) + int(properties.get(added, "0")) - int(properties.get(removed, "0"))
+        except ValueError:
+            continue
+        if value >= 0:
+            properties[total] = str(value)

@@ -1,0 +1,227 @@
+"""The one module of reading and writing that relies on PyIceberg's private API (PyIceberg 0.12).
+
+PyIceberg has no public API for what these small functions do; each wraps the private names it needs:
+
+- :func:`batch_projection`: project a Parquet batch into the table schema by field id
+  (``pyiceberg.io.pyarrow._to_requested_schema``);
+- :func:`partition_projection_values`: the values of columns a file lacks but an identity partition fixes
+  (``pyiceberg.io.pyarrow._get_column_projection_values``);
+- :func:`parquet_writer_kwargs`: PyArrow's Parquet writer options from the table properties
+  (``pyiceberg.io.pyarrow._get_parquet_writer_kwargs``);
+- :func:`strict_metrics_evaluator`: "does every row of this file match?" from column metrics
+  (``pyiceberg.expressions.visitors._StrictMetricsEvaluator``);
+- :func:`inherit_from_manifest`: sequence numbers and spec id an entry inherits from its manifest
+  (``pyiceberg.manifest._inherit_from_manifest``);
+- :func:`open_manifest_writer`: PyIceberg's v1 / v2 manifest writer with the file and record schemas,
+  the entry conversion and the extra metadata of our choice (overriding ``new_writer``, ``add_entry``,
+  ``content`` and the private ``_meta`` property; reading ``_output_file``).
+
+tests/unit/engine/test_pyiceberg_private_api.py checks every one of these names against the installed
+PyIceberg, and that no other engine module but :mod:`~.commit.pyiceberg_producer` uses a private one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.avro.file import AvroOutputFile
+from pyiceberg.manifest import (
+    ManifestContent,
+    ManifestEntry,
+    ManifestWriter,
+    ManifestWriterV1,
+    ManifestWriterV2,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.avro.codecs import AvroCompressionCodec
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.io import OutputFile
+    from pyiceberg.manifest import DataFile, ManifestFile
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
+
+__all__ = [
+    "batch_projection",
+    "inherit_from_manifest",
+    "open_manifest_writer",
+    "parquet_writer_kwargs",
+    "partition_projection_values",
+    "strict_metrics_evaluator",
+]
+
+#: Converts (and checks) an entry before the writer counts and writes it.
+PrepareEntry = Callable[[ManifestEntry], ManifestEntry]
+
+
+def batch_projection(
+    table_schema: Schema,
+    file_projection: Schema,
+    *,
+    format_version: int,
+    missing_values: dict[int, Any],
+) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
+    """Return the projection of a Parquet file's batches into ``table_schema``, with field ids.
+
+    As PyIceberg's ArrowScan does it: renamed, added and promoted columns; nanosecond timestamps
+    downcast in v1 and v2 tables; ``missing_values`` (see :func:`partition_projection_values`) fill the
+    columns the file lacks.
+
+    :param file_projection: the file's schema, pruned to the columns read.
+    """
+    from pyiceberg.io.fileformat import FileFormatFactory
+    from pyiceberg.io.pyarrow import _to_requested_schema
+    from pyiceberg.manifest import FileFormat
+
+    def project(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return _to_requested_schema(
+            table_schema,
+            file_projection,
+            batch,
+            downcast_ns_timestamp_to_us=format_version <= 2,
+            include_field_ids=True,
+            format_model=FileFormatFactory.get(FileFormat.PARQUET),
+            projected_missing_fields=missing_values,
+            allow_timestamp_tz_mismatch=True,
+        )
+
+    return project
+
+
+def partition_projection_values(
+    data_file: DataFile, table_schema: Schema, spec: PartitionSpec, file_field_ids: set[int]
+) -> dict[int, Any]:
+    """The values of the columns ``data_file`` lacks but an identity partition fixes, by field id."""
+    from pyiceberg.io.pyarrow import _get_column_projection_values
+
+    return _get_column_projection_values(data_file, table_schema, table_schema, spec, file_field_ids)
+
+
+def parquet_writer_kwargs(properties: Mapping[str, str]) -> dict[str, Any]:
+    """PyArrow ``ParquetWriter`` options from the table's ``write.parquet.*`` properties, as PyIceberg's."""
+    from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs
+
+    return _get_parquet_writer_kwargs(dict(properties))
+
+
+def strict_metrics_evaluator(
+    schema: Schema, expression: BooleanExpression, *, case_sensitive: bool = True
+) -> Callable[[DataFile], bool]:
+    """A test "do the column metrics prove every row of the file matches ``expression``?".
+
+    ``False`` means "cannot tell". PyIceberg's strict evaluator does not know SQL's nulls: the caller
+    checks null and NaN counts first.
+    """
+    from pyiceberg.expressions.visitors import _StrictMetricsEvaluator
+
+    evaluator = _StrictMetricsEvaluator(schema, expression, case_sensitive=case_sensitive)
+    return lambda data_file: bool(evaluator.eval(data_file))
+
+
+def inherit_from_manifest(entry: ManifestEntry, manifest: ManifestFile) -> ManifestEntry:
+    """``entry`` with the snapshot id, sequence numbers and spec id it inherits from ``manifest``."""
+    from pyiceberg.manifest import _inherit_from_manifest
+
+    return _inherit_from_manifest(entry, manifest)
+
+
+def open_manifest_writer(
+    *,
+    format_version: int,
+    content: ManifestContent,
+    spec: PartitionSpec,
+    schema: Schema,
+    output_file: OutputFile,
+    snapshot_id: int,
+    avro_compression: AvroCompressionCodec,
+    file_schema: Schema,
+    record_schema: Schema,
+    prepare: PrepareEntry,
+    extra_metadata: Mapping[str, str],
+) -> ManifestWriter:
+    """PyIceberg's manifest writer for format version 1 or 2, with our schemas, entries and metadata.
+
+    :param content: the manifest content (v2; a v1 manifest is always ``DATA``).
+    :param file_schema: the Avro file schema of the manifest entries.
+    :param record_schema: the schema of the entries given to ``add_entry`` (after ``prepare``).
+    :param prepare: applied to every entry before it is counted and written.
+    :param extra_metadata: Avro file metadata added to (or replacing) PyIceberg's (v2 only).
+    """
+    layout = _EntryLayout(file_schema, record_schema, prepare, content, dict(extra_metadata))
+    if format_version == 1:
+        return _ManifestWriterV1(spec, schema, output_file, snapshot_id, avro_compression, layout)
+    return _ManifestWriterV2(spec, schema, output_file, snapshot_id, avro_compression, layout)
+
+
+@dataclass(frozen=True)
+class _EntryLayout:
+    """What our manifest writers do differently from PyIceberg's."""
+
+    file_schema: Schema
+    record_schema: Schema
+    prepare: PrepareEntry
+    content: ManifestContent
+    extra_metadata: dict[str, str]
+
+    def avro_writer(self, output_file: OutputFile, metadata: dict[str, str]) -> AvroOutputFile[ManifestEntry]:
+        return AvroOutputFile[ManifestEntry](
+            output_file=output_file,
+            file_schema=self.file_schema,
+            record_schema=self.record_schema,
+            schema_name="manifest_entry",
+            metadata=metadata,
+        )
+
+
+class _ManifestWriterV1(ManifestWriterV1):
+    """PyIceberg's v1 writer, fed with entries in our record layout."""
+
+    def __init__(
+        self,
+        spec: PartitionSpec,
+        schema: Schema,
+        output_file: OutputFile,
+        snapshot_id: int,
+        avro_compression: AvroCompressionCodec,
+        layout: _EntryLayout,
+    ) -> None:
+        super().__init__(spec, schema, output_file, snapshot_id, avro_compression)
+        self.entry_layout = layout
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        return self.entry_layout.avro_writer(self._output_file, self._meta)
+
+    def add_entry(self, entry: ManifestEntry) -> ManifestWriter:
+        return super().add_entry(self.entry_layout.prepare(entry))
+
+
+class _ManifestWriterV2(ManifestWriterV2):
+    """PyIceberg's v2 writer with a content and extra metadata of our choice."""
+
+    def __init__(
+        self,
+        spec: PartitionSpec,
+        schema: Schema,
+        output_file: OutputFile,
+        snapshot_id: int,
+        avro_compression: AvroCompressionCodec,
+        layout: _EntryLayout,
+    ) -> None:
+        super().__init__(spec, schema, output_file, snapshot_id, avro_compression)
+        self.entry_layout = layout
+
+    def content(self) -> ManifestContent:
+        return self.entry_layout.content
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, **self.entry_layout.extra_metadata}
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        return self.entry_layout.avro_writer(self._output_file, self._meta)
+
+    def add_entry(self, entry: ManifestEntry) -> ManifestWriter:
+        return super().add_entry(self.entry_layout.prepare(entry))
