@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.commit.cleanup import ReferenceGuard, normalised_path
+from airflow_provider_iceberg_exec.engine.commit.pyiceberg_producer import apply_updates
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import EXPIRE_SNAPSHOTS_RESULT, ExpireSnapshotsResult
 from airflow_provider_iceberg_exec.engine.errors import (
@@ -262,7 +263,7 @@ def _stage_expiry(table: Table, plan: ExpiryPlan) -> Transaction:
             if p.snapshot_id in plan.snapshot_ids
         ]
         if stale:
-            tx._apply(tuple(stale))
+            apply_updates(tx, tuple(stale))
     return tx
 
 

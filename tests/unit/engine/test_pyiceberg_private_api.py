@@ -63,12 +63,6 @@ FENCE_NAMES = {
 #: private uses in modules other engineers are moving behind the fences: io/pyiceberg_internals.py's
 #: strict_metrics_evaluator (ops/cow.py) and commit/pyiceberg_producer.py's apply_updates (ops/expire.py).
 #: Remove an entry once its module calls the fence; the test fails until then and after.
-AWAITING_FENCE = {
-    "ops/cow.py": {"_StrictMetricsEvaluator"},
-    "ops/expire.py": {"_apply"},
-}
-
-
 # -- finding PyIceberg-private names in the engine's source ------------------------------------------
 
 
@@ -199,7 +193,7 @@ def test_only_the_two_fences_use_pyiceberg_private_names() -> None:
         relative = path.relative_to(ENGINE).as_posix()
         if relative not in FENCE_NAMES and (uses := _private_uses(path)):
             found[relative] = uses
-    assert found == AWAITING_FENCE
+    assert found == {}
 
 
 @pytest.mark.parametrize("fence", sorted(FENCE_NAMES))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pyiceberg.expressions.visitors import BoundBooleanExpressionVisitor, bind, rewrite_not, visit
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import strict_metrics_evaluator
 from airflow_provider_iceberg_exec.engine.io.write import column_of
 from airflow_provider_iceberg_exec.engine.meta.scan import parse_where
 
@@ -67,16 +68,12 @@ class Predicate:
         holds for a null ``x``), so a proof counts only when the columns the predicate compares hold no
         null (and, for floating-point columns, the NaN counts are known).
         """
-        from pyiceberg.expressions.visitors import (
-            _StrictMetricsEvaluator,
-            expression_evaluator,
-            strict_projection,
-        )
+        from pyiceberg.expressions.visitors import expression_evaluator, strict_projection
         from pyiceberg.schema import Schema
 
         schema = metadata.schema()
         specs = metadata.specs()
-        metrics = _StrictMetricsEvaluator(schema, self.unbound, case_sensitive=True)
+        metrics_imply_match = strict_metrics_evaluator(schema, self.unbound, case_sensitive=True)
         partition_evaluators: dict[int, Callable[[Record], bool]] = {}
 
         def partition_proves(data_file: DataFile) -> bool:
@@ -101,7 +98,7 @@ class Predicate:
                 return False
             if any(nans.get(fid) is None for fid in self.float_field_ids):
                 return False
-            return bool(metrics.eval(data_file))
+            return metrics_imply_match(data_file)
 
         def all_rows_match(data_file: DataFile) -> bool:
             try:
