@@ -708,6 +708,20 @@ def _describe(dataset: dict[str, Any], limit: int) -> bool:
     return bool(keys > limit)
 
 
+def _judge_spark_read(
+    r: dict[str, Any], v: dict[str, Any], dataset: dict[str, Any], failures: list[str], notes: list[str]
+) -> None:
+    """Record what Spark read of one case's result ``r``: rows and checksum, delete files left."""
+    v["matches"] = (v["rows"], v["checksum"]) == (dataset["live_rows"], dataset["checksum"])
+    r["verify"] = v
+    if not v["matches"]:
+        failures.append(f"{r['case']}: Spark reads {v['rows']} rows / {v['checksum']}")
+    if v["delete_files"] and r["case"] in MAY_LEAVE_DELETES:
+        notes.append(f"{r['case']}: delete files left in the new snapshot {v['delete_files']}")
+    elif v["delete_files"]:
+        failures.append(f"{r['case']}: delete files left {v['delete_files']}")
+
+
 def _verify(
     results: list[dict[str, Any]], dataset: dict[str, Any], args: argparse.Namespace, stamp: str
 ) -> tuple[list[str], list[str]]:
@@ -729,16 +743,8 @@ def _verify(
         checked = run_child(argv, out, os.path.join(out, "runs", f"{stamp}-v.json"))["result"]
         for r in results:
             for v in checked:
-                if v["case"] != r["case"]:
-                    continue
-                v["matches"] = (v["rows"], v["checksum"]) == (dataset["live_rows"], dataset["checksum"])
-                r["verify"] = v
-                if not v["matches"]:
-                    failures.append(f"{r['case']}: Spark reads {v['rows']} rows / {v['checksum']}")
-                if v["delete_files"] and r["case"] in MAY_LEAVE_DELETES:
-                    notes.append(f"{r['case']}: delete files left in the new snapshot {v['delete_files']}")
-                elif v["delete_files"]:
-                    failures.append(f"{r['case']}: delete files left {v['delete_files']}")
+                if v["case"] == r["case"]:
+                    _judge_spark_read(r, v, dataset, failures, notes)
     limit = args.memory_limit * MiB
     for r in results:
         if r.get("stray_files_in_pristine_tree"):

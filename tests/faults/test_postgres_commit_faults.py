@@ -105,6 +105,20 @@ class Faulted:
         return load_table(load_catalog(self.config), "ns.events")
 
 
+def _through_proxy(
+    direct: CatalogConfig, postgres: PostgresServer, port: int, database: str
+) -> CatalogConfig:
+    """The catalog config whose database connection goes through the reply-dropping proxy."""
+    uri = f"postgresql+psycopg2://{postgres.user}@127.0.0.1:{port}/{database}?sslmode=disable"
+    return CatalogConfig("pg", {**direct.properties, "uri": uri})
+
+
+def _rewrite_every_group(table: Any, limits: ResourceLimits) -> list[Any]:
+    """What the Airflow rewrite tasks deliver: every planned group rewritten, nothing committed."""
+    plan = plan_compaction(table, options=_OPTIONS)
+    return [execute_rewrite_task(table, task, limits) for task in plan["tasks"]]
+
+
 @contextlib.contextmanager
 def _faulted_commit(
     postgres: PostgresServer, tmp_path: Path, fault: str, *, through_compact: bool = False
@@ -122,20 +136,12 @@ def _faulted_commit(
     )
     try:
         with commit_reply_dropper(postgres.host, postgres.port) as proxy:
-            config = direct
-            if fault == "reply-lost-after-commit":
-                uri = (
-                    f"postgresql+psycopg2://{postgres.user}@127.0.0.1:{proxy.port}/{database}?sslmode=disable"
-                )
-                config = CatalogConfig("pg", {**direct.properties, "uri": uri})
-            catalog = load_catalog(config)
+            proxied = _through_proxy(direct, postgres, proxy.port, database)
+            catalog = load_catalog(proxied if fault == "reply-lost-after-commit" else direct)
             table = make_fragmented_table(catalog, "ns.events", num_files=4, rows_per_file=300)
             state, checksum = table_state(table), live_checksum(table)
             limits = ResourceLimits(memory_limit_bytes=64 * MiB, spill_dir=str(tmp_path / "spill"))
-            results = []
-            if not through_compact:
-                plan = plan_compaction(table, options=_OPTIONS)
-                results = [execute_rewrite_task(table, task, limits) for task in plan["tasks"]]
+            results = [] if through_compact else _rewrite_every_group(table, limits)
             commit_id = f"faults-{uuid.uuid4().hex}"
 
             swaps: list[str] = []

@@ -610,15 +610,20 @@ def mutate_applied_deletes(draw: Draw, docs: list[Any], world: World) -> None:
     path = _choose(draw, sorted(applied), "path")
     if path is None:
         return
-    entry = applied[path]
-    deletes = entry.get("delete-files") if isinstance(entry, dict) else None
     if how == "drop":
         del applied[path]
     elif how == "junk":
         applied[path] = _junk(draw)
-    elif not isinstance(deletes, dict):
+    else:
+        _mutate_applied_entry(draw, how, applied[path], world)
+
+
+def _mutate_applied_entry(draw: Draw, how: str, entry: Any, world: World) -> None:
+    """One applied-deletes entry: its deletes emptied, a foreign one added, a sequence number changed."""
+    deletes = entry.get("delete-files") if isinstance(entry, dict) else None
+    if not isinstance(deletes, dict):
         return
-    elif how == "empty":
+    if how == "empty":
         deletes.clear()
     elif how in ("foreign", "orphan"):
         foreign = world.orphan_delete["file-path"] if how == "orphan" else None
