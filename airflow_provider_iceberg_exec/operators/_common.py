@@ -39,6 +39,33 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
+class PoolDefaultsPartial:
+    """``Operator.partial()`` with ``pool`` and ``pool_slots`` defaulting to ``[iceberg_exec]``'s.
+
+    Airflow fills what ``.partial()`` is not given from the ``__init__`` signature, where the heavy
+    operators say ``None`` ("the configured default"), and then checks ``pool_slots < 1`` on it: a
+    ``.partial(task_id=...)`` without ``pool_slots`` failed when the DAG was parsed.
+    """
+
+    def __get__(self, obj: Any, cls: type[Any]) -> Any:
+        from airflow.sdk import BaseOperator
+
+        from airflow_provider_iceberg_exec import settings
+
+        partial = BaseOperator.__dict__["partial"].__get__(obj, cls)
+        if obj is not None:
+            return partial  # Airflow's refusal of .partial() on a task
+
+        def partial_with_pool_defaults(**kwargs: Any) -> Any:
+            if kwargs.get("pool") is None:
+                kwargs["pool"] = settings.default_pool()
+            if kwargs.get("pool_slots") is None:
+                kwargs["pool_slots"] = settings.default_pool_slots()
+            return partial(**kwargs)
+
+        return partial_with_pool_defaults
+
+
 class TriggerFailedError(Exception):
     """The trigger a deferred sensor waited on ended with an error event (its message is one line)."""
 

@@ -39,6 +39,7 @@ from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
     ASSET_ALIAS,
+    PoolDefaultsPartial,
     commit_id_from_context,
     engine_errors,
     normalize_options,
@@ -164,6 +165,7 @@ class BoundedRewriteOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("task_spec", "table", "memory_limit", "iceberg_exec_conn_id")
     template_fields_renderers = {"task_spec": "json"}
+    partial = PoolDefaultsPartial()
     #: a staged result's file name: this prefix and the result's value at ``result_name_key``
     result_name_prefix = "result-group-"
     result_name_key = "group_id"
@@ -326,6 +328,7 @@ class CompactionOperator(BaseOperator):
         "commit_id",
     )
     template_fields_renderers = {"options": "json", "where": "sql"}
+    partial = PoolDefaultsPartial()
     ui_color = "#7fbcf0"
 
     def __init__(

@@ -29,6 +29,7 @@ from airflow.sdk import BaseOperator
 from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
+    PoolDefaultsPartial,
     engine_errors,
     normalize_options,
     optional_text,
@@ -142,6 +143,7 @@ class OrphanScanOperator(BaseOperator):
         "iceberg_exec_conn_id",
     )
     template_fields_renderers = {"equal_schemes": "json", "equal_authorities": "json"}
+    partial = PoolDefaultsPartial()
     ui_color = "#e8d5f2"
 
     def __init__(
@@ -330,6 +332,7 @@ class ExpireSnapshotsOperator(BaseOperator):
         "iceberg_exec_conn_id",
     )
     ui_color = "#f2e2b8"
+    partial = PoolDefaultsPartial()
 
     def __init__(
         self,

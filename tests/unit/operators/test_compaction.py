@@ -24,6 +24,8 @@ from airflow_provider_iceberg_exec.operators.compaction import (
     CompactionPlanOperator,
     CompactionRewriteOperator,
 )
+from airflow_provider_iceberg_exec.operators.cow import CowRewriteOperator
+from airflow_provider_iceberg_exec.operators.maintenance import ExpireSnapshotsOperator, OrphanScanOperator
 from tests.unit.support import ENGINE_COMPACTION, TABLE, plan_of
 
 PLAN = f"{ENGINE_COMPACTION}.plan_compaction"
@@ -240,6 +242,32 @@ def test_rewrite_pool_and_slots_default_from_config(monkeypatch):
     op = CompactionRewriteOperator(task_id="rewrite", task_spec={})
     assert (op.pool, op.pool_slots) == ("iceberg_exec", 8)
     explicit = CompactionRewriteOperator(task_id="r2", task_spec={}, pool="p", pool_slots=2)
+    assert (explicit.pool, explicit.pool_slots) == ("p", 2)
+
+
+@pytest.mark.parametrize(
+    ("operator", "required"),
+    [
+        (CompactionRewriteOperator, {"task_spec": {}}),
+        (CowRewriteOperator, {"task_spec": {}}),
+        (CompactionOperator, {"table": TABLE}),
+        (OrphanScanOperator, {"table": TABLE}),
+        (ExpireSnapshotsOperator, {"table": TABLE}),
+    ],
+)
+def test_partial_without_pool_arguments_takes_the_configured_pool_and_slots(operator, required, monkeypatch):
+    """``.partial(task_id=...)``, as the docs write it, used to fail at DAG parse (pool_slots None < 1)."""
+    import pendulum
+    from airflow.sdk import DAG
+
+    monkeypatch.setenv("AIRFLOW__ICEBERG_EXEC__POOL", "iceberg_exec")
+    monkeypatch.setenv("AIRFLOW__ICEBERG_EXEC__MEMORY_LIMIT", "2GiB")
+    with DAG("partial_defaults", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+        mapped = operator.partial(task_id="heavy", **required).expand(iceberg_exec_conn_id=["a", "b"])
+        explicit = operator.partial(task_id="light", pool="p", pool_slots=2, **required).expand(
+            iceberg_exec_conn_id=["a"]
+        )
+    assert (mapped.pool, mapped.pool_slots) == ("iceberg_exec", 8)
     assert (explicit.pool, explicit.pool_slots) == ("p", 2)
 
 
