@@ -141,7 +141,19 @@ def plan_expiry(
     :raises ConfigurationError: for ``retain_last < 1``, an unknown snapshot id, or an id a kept ref
         points at.
 
-    >>> # plan_expiry(table.metadata, now_ms=int(time.time() * 1000), retain_last=3)
+    >>> import os, tempfile, time, pyarrow as pa
+    >>> from pyiceberg.catalog.sql import SqlCatalog
+    >>> workdir = tempfile.TemporaryDirectory()
+    >>> catalog = SqlCatalog("demo", uri=f"sqlite:///{workdir.name}/c.db", warehouse=f"file://{workdir.name}")
+    >>> catalog.create_namespace("ns")
+    >>> table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
+    >>> for i in range(3):
+    ...     table.append(pa.table({"id": [i]}))
+    >>> later = int(time.time() * 1000) + 1000
+    >>> plan = plan_expiry(table.metadata, now_ms=later, older_than_ms=later, retain_last=1)
+    >>> len(plan.snapshot_ids), plan.refs
+    (2, ())
+    >>> catalog.engine.dispose(); workdir.cleanup()
     """
     properties = metadata.properties
     if retain_last is not None and retain_last < 1:
@@ -298,7 +310,20 @@ def expire_snapshots(
     :raises CommitConflictError: when concurrent commits kept winning.
     :raises CommitStateUnknownError: when the catalog's answer is unknown (no file is deleted).
 
-    >>> # expire_snapshots(table, older_than="7d", retain_last=10)
+    >>> import os, tempfile, time, pyarrow as pa
+    >>> from pyiceberg.catalog.sql import SqlCatalog
+    >>> workdir = tempfile.TemporaryDirectory()
+    >>> catalog = SqlCatalog("demo", uri=f"sqlite:///{workdir.name}/c.db", warehouse=f"file://{workdir.name}")
+    >>> catalog.create_namespace("ns")
+    >>> table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
+    >>> for i in range(3):
+    ...     table.append(pa.table({"id": [i]}))
+    >>> result = expire_snapshots(table, older_than=int(time.time() * 1000) + 1000, retain_last=1)
+    >>> result["expired_snapshot_count"], result["deleted_manifest_lists_count"]
+    (2, 2)
+    >>> len(table.metadata.snapshots)
+    1
+    >>> catalog.engine.dispose(); workdir.cleanup()
     """
     limits = limits or ResourceLimits()
     if max_concurrent_deletes < 1:

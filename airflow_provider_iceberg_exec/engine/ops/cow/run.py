@@ -42,7 +42,19 @@ def cow_rewrite(
     Tasks run one after another, each bounded by ``limits``. When anything fails before the catalog
     accepted the commit, every file written is removed and the table is unchanged.
 
-    >>> # cow_rewrite(table, operation="delete", where="user_id = 42", limits=ResourceLimits())
+    >>> import os, tempfile, time, pyarrow as pa
+    >>> from pyiceberg.catalog.sql import SqlCatalog
+    >>> workdir = tempfile.TemporaryDirectory()
+    >>> catalog = SqlCatalog("demo", uri=f"sqlite:///{workdir.name}/c.db", warehouse=f"file://{workdir.name}")
+    >>> catalog.create_namespace("ns")
+    >>> table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
+    >>> for i in range(3):
+    ...     table.append(pa.table({"id": [i]}))
+    >>> from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    >>> result = cow_rewrite(table, operation="delete", where="id = 1", limits=ResourceLimits())
+    >>> result["deleted_rows"], sorted(table.scan().to_arrow()["id"].to_pylist())
+    (1, [0, 2])
+    >>> catalog.engine.dispose(); workdir.cleanup()
 
     :returns: the commit result (``iceberg-exec/cow-commit-result@1``) with a ``plan`` summary.
     :raises ConfigurationError: for bad input (nothing was changed).

@@ -62,7 +62,22 @@ def remove_orphan_files(
     Takes the options of :func:`scan_orphan_files`. The deletion is :func:`delete_orphan_files`, with its
     re-check of the metadata; its result is under ``"delete"``.
 
-    >>> # remove_orphan_files(table, older_than="7d", dry_run=True)
+    >>> import os, tempfile, time, pyarrow as pa
+    >>> from pyiceberg.catalog.sql import SqlCatalog
+    >>> workdir = tempfile.TemporaryDirectory()
+    >>> catalog = SqlCatalog("demo", uri=f"sqlite:///{workdir.name}/c.db", warehouse=f"file://{workdir.name}")
+    >>> catalog.create_namespace("ns")
+    >>> table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
+    >>> for i in range(3):
+    ...     table.append(pa.table({"id": [i]}))
+    >>> stray = f"{workdir.name}/ns/t/data/stray.parquet"  # written by a task that died before its commit
+    >>> open(stray, "wb").close()
+    >>> os.utime(stray, (time.time() - 10 * 86400,) * 2)
+    >>> remove_orphan_files(table, dry_run=True)["orphan_sample"] == [f"file://{stray}"]
+    True
+    >>> remove_orphan_files(table)["delete"]["deleted_file_count"], os.path.exists(stray)
+    (1, False)
+    >>> catalog.engine.dispose(); workdir.cleanup()
     """
     # A scan result is a remove result without its optional "delete" (mypy cannot widen it by itself).
     doc = cast("OrphanRemoveResult", scan_orphan_files(table, **scan_options))
@@ -107,7 +122,24 @@ def delete_orphan_files(
         outside the table's locations.
     :raises DataFileCodecError: when ``scan_result`` is not a complete scan result.
 
-    >>> # delete_orphan_files(table, read_orphan_scan_result(table.io, uri), dry_run=True)
+    >>> import os, tempfile, time, pyarrow as pa
+    >>> from pyiceberg.catalog.sql import SqlCatalog
+    >>> workdir = tempfile.TemporaryDirectory()
+    >>> catalog = SqlCatalog("demo", uri=f"sqlite:///{workdir.name}/c.db", warehouse=f"file://{workdir.name}")
+    >>> catalog.create_namespace("ns")
+    >>> table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
+    >>> for i in range(3):
+    ...     table.append(pa.table({"id": [i]}))
+    >>> stray = f"{workdir.name}/ns/t/data/stray.parquet"  # written by a task that died before its commit
+    >>> open(stray, "wb").close()
+    >>> os.utime(stray, (time.time() - 10 * 86400,) * 2)
+    >>> from airflow_provider_iceberg_exec.engine.ops.orphans.documents import read_orphan_scan_result
+    >>> from airflow_provider_iceberg_exec.engine.ops.orphans.scan import scan_orphan_files
+    >>> scanned = scan_orphan_files(table)  # e.g. one task; the delete is another, reading the result file
+    >>> deleted = delete_orphan_files(table, read_orphan_scan_result(table.io, scanned["result_uri"]))
+    >>> deleted["deleted_file_count"], os.path.exists(stray)
+    (1, False)
+    >>> catalog.engine.dispose(); workdir.cleanup()
     """
     doc = check_orphan_scan_result(scan_result)
     if batch_size < 1 or max_concurrent_deletes < 1:

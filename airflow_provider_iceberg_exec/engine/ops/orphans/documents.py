@@ -43,7 +43,19 @@ def read_orphan_scan_result(io: FileIO, uri: str) -> dict[str, Any]:
     :raises ConfigurationError: when neither can be read.
     :raises DataFileCodecError: when the document is not a scan result.
 
-    >>> # read_orphan_scan_result(table.io, "s3://b/t/metadata/iceberg-exec-staging/orphans-1.txt")
+    >>> import os, tempfile, time, pyarrow as pa
+    >>> from pyiceberg.catalog.sql import SqlCatalog
+    >>> workdir = tempfile.TemporaryDirectory()
+    >>> catalog = SqlCatalog("demo", uri=f"sqlite:///{workdir.name}/c.db", warehouse=f"file://{workdir.name}")
+    >>> catalog.create_namespace("ns")
+    >>> table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
+    >>> for i in range(3):
+    ...     table.append(pa.table({"id": [i]}))
+    >>> from airflow_provider_iceberg_exec.engine.ops.orphans import scan_orphan_files
+    >>> scanned = scan_orphan_files(table)
+    >>> read_orphan_scan_result(table.io, scanned["result_uri"]) == scanned
+    True
+    >>> catalog.engine.dispose(); workdir.cleanup()
     """
     target = uri if uri.endswith(".json") else result_uri(uri)
     try:

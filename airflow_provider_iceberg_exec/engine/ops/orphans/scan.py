@@ -119,7 +119,21 @@ def scan_orphan_files(
     :raises IncompleteListingError: when the listing cannot be complete.
     :raises ResourceLimitError: when the memory pool or the spill disk runs out.
 
-    >>> # scan_orphan_files(table, older_than="7d", limits=ResourceLimits(memory_limit_bytes=256 << 20))
+    >>> import os, tempfile, time, pyarrow as pa
+    >>> from pyiceberg.catalog.sql import SqlCatalog
+    >>> workdir = tempfile.TemporaryDirectory()
+    >>> catalog = SqlCatalog("demo", uri=f"sqlite:///{workdir.name}/c.db", warehouse=f"file://{workdir.name}")
+    >>> catalog.create_namespace("ns")
+    >>> table = catalog.create_table("ns.t", schema=pa.schema([("id", pa.int64())]))
+    >>> for i in range(3):
+    ...     table.append(pa.table({"id": [i]}))
+    >>> stray = f"{workdir.name}/ns/t/data/stray.parquet"  # written by a task that died before its commit
+    >>> open(stray, "wb").close()
+    >>> os.utime(stray, (time.time() - 10 * 86400,) * 2)
+    >>> result = scan_orphan_files(table, limits=ResourceLimits(memory_limit_bytes=256 << 20))
+    >>> result["orphan_file_count"], result["orphan_sample"] == [f"file://{stray}"], os.path.exists(stray)
+    (1, True, True)
+    >>> catalog.engine.dispose(); workdir.cleanup()
     """
     limits = limits or ResourceLimits()
     now = (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
