@@ -34,6 +34,7 @@ from airflow_provider_iceberg_exec.operators._common import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_provider_iceberg_exec.engine.contracts import CompactionResult, CowCommitResult
     from airflow_provider_iceberg_exec.engine.ops.results import QuietPeriod
 
 __all__ = ["CommitOperator", "emit_table_asset", "log_commit_result"]
@@ -200,7 +201,7 @@ class CommitOperator(BaseOperator):
         """The catalog hook, built after the templates are rendered."""
         return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> CompactionResult | CowCommitResult:
         """Commit the results (the engine's :func:`~.engine.ops.results.commit_results`); return its JSON."""
         from airflow_provider_iceberg_exec.engine.ops.results import commit_results, results_table
 
@@ -222,11 +223,11 @@ class CommitOperator(BaseOperator):
         emit_table_asset(self, context, catalog=self.hook.catalog_name, table=table_name, result=result)
         return result
 
-    def _nothing_to_commit(self, table_name: str | None) -> dict[str, Any]:
+    def _nothing_to_commit(self, table_name: str | None) -> CompactionResult:
         from airflow_provider_iceberg_exec.engine.ops.results import empty_commit_result
 
         self.log.info("Nothing to commit to %s: no results (the plan had nothing to do)", table_name)
-        return empty_commit_result(table_name)
+        return empty_commit_result(table_name or "")
 
     def _quiet_period(self) -> QuietPeriod:
         from airflow_provider_iceberg_exec.engine.ops.results import QuietPeriod

@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, discard_payloads, uris_of
 from airflow_provider_iceberg_exec.engine.commit.snapshots import landed_snapshots
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions
-from airflow_provider_iceberg_exec.engine.contracts import COMPACTION_RESULT, COW_RESULT, REWRITE_RESULT
+from airflow_provider_iceberg_exec.engine.contracts import (
+    COMPACTION_RESULT,
+    COW_RESULT,
+    REWRITE_RESULT,
+    CompactionResult,
+    CowCommitResult,
+)
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitConflictError,
     ConfigurationError,
@@ -65,25 +71,26 @@ PARTIAL_PROGRESS_SCHEMAS = frozenset({REWRITE_RESULT})
 _NAMED_AT_MOST = 10
 
 
-def empty_commit_result(table: str | None) -> dict[str, Any]:
+def empty_commit_result(table: str) -> CompactionResult:
     """The result of a commit with nothing to commit.
 
     >>> empty_commit_result("ns.t")["snapshot_ids"]
     []
     """
-    return {
-        "schema": COMPACTION_RESULT,
-        "table": table,
-        "rewritten_data_files_count": 0,
-        "added_data_files_count": 0,
-        "rewritten_bytes_count": 0,
-        "failed_data_files_count": 0,
-        "removed_delete_files_count": 0,
-        "snapshot_ids": [],
-        "already_committed": False,
-        "peak_rss_bytes": 0,
-        "spilled_bytes": 0,
-    }
+    return CompactionResult(
+        schema=COMPACTION_RESULT,
+        table=table,
+        rewritten_data_files_count=0,
+        added_data_files_count=0,
+        rewritten_bytes_count=0,
+        failed_data_files_count=0,
+        removed_delete_files_count=0,
+        snapshot_ids=[],
+        already_committed=False,
+        commits=[],
+        peak_rss_bytes=0,
+        spilled_bytes=0,
+    )
 
 
 @dataclass(frozen=True)
@@ -310,7 +317,7 @@ def commit_results(
     planned: Sequence[Mapping[str, Any]] | None = None,
     quiet_period: QuietPeriod | None = None,
     discard_staged: bool = True,
-) -> dict[str, Any]:
+) -> CompactionResult | CowCommitResult:
     """Commit the delivered results of one run, with the rules of the module docstring.
 
     .. code-block:: python
@@ -343,11 +350,10 @@ def commit_results(
         if not landed:
             raise
         log.info("Commit %s already landed as snapshots %s", commit_id, landed)
-        return {
-            **empty_commit_result(".".join(table.name())),
-            "snapshot_ids": landed,
-            "already_committed": True,
-        }
+        landed_result = empty_commit_result(".".join(table.name()))
+        landed_result["snapshot_ids"] = landed
+        landed_result["already_committed"] = True
+        return landed_result
     schemas = {str(r.get("schema")) for r in resolved}
     if resolved and (len(schemas) != 1 or next(iter(schemas)) not in COMMITTERS):
         raise DataFileCodecError(
@@ -374,7 +380,7 @@ def commit_results(
         importlib.import_module(f"airflow_provider_iceberg_exec.engine.ops.{module}"), function
     )
     extra = {"failed_data_files_count": decision.failed_data_files_count} if decision.missing else {}
-    result: dict[str, Any] = committer(table, resolved, commit_id=commit_id, **extra)
+    result: CompactionResult | CowCommitResult = committer(table, resolved, commit_id=commit_id, **extra)
     if cleanup:
         # The staged specs of failed groups too: no task will read them again.
         discard_payloads(table, cleanup)
