@@ -37,6 +37,9 @@ from airflow_provider_iceberg_exec.engine.meta.scan import (
 from airflow_provider_iceberg_exec.engine.ops.compaction.common import table_name
 
 if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,8 @@ def commit_compaction(
         batches.setdefault(int(doc["commit_batch"]), []).append(doc)
     refresh_table(table)
     check_branch(table.metadata, branch, table_name(table))
+    # Every batch's files are read against this metadata, the one the proofs below check them against.
+    specs, schema = table.metadata.specs(), table.metadata.schema()
     # What the results claim is proven before any batch is committed: a bad claim refuses the whole call
     # and deletes nothing (the document cannot say what is safe to delete). Batches that already landed
     # (a retry) are not proven again: their base may have expired since.
@@ -99,7 +104,8 @@ def commit_compaction(
     for number, batch in sorted(batches.items()):
         batch_id = _batch_id(commit_id, number, len(batches))
         try:
-            _commit_batch(table, batch, batch_id, number, base_snapshot_id, branch, options, summary)
+            files = _batch_files(batch, specs, schema)
+            _commit_batch(table, batch, files, batch_id, number, base_snapshot_id, branch, options, summary)
         except CommitValidationError as err:
             if not options.partial_progress_enabled:
                 raise
@@ -129,9 +135,19 @@ def _common_base(docs: Sequence[Mapping[str, Any]], table_name: str) -> tuple[in
     return int(base_snapshot_id), str(branch)
 
 
+def _batch_files(
+    batch: Sequence[Mapping[str, Any]], specs: Mapping[int, PartitionSpec], schema: Schema
+) -> tuple[list[DataFile], list[DataFile]]:
+    """The data files a batch rewrites and the ones it adds."""
+    rewritten = [data_file_from_json(f, specs, schema) for d in batch for f in d["rewritten_data_files"]]
+    added = [data_file_from_json(f, specs, schema) for d in batch for f in d["added_data_files"]]
+    return rewritten, added
+
+
 def _commit_batch(
     table: Table,
     batch: Sequence[Mapping[str, Any]],
+    files: tuple[list[DataFile], list[DataFile]],
     batch_id: str,
     number: int,
     base_snapshot_id: int,
@@ -145,9 +161,7 @@ def _commit_batch(
     may be live through another commit), and the error is raised: nothing was committed, and the same
     validation fails on any retry, so the files could never be committed.
     """
-    specs, schema = table.metadata.specs(), table.metadata.schema()
-    rewritten = [data_file_from_json(f, specs, schema) for d in batch for f in d["rewritten_data_files"]]
-    added = [data_file_from_json(f, specs, schema) for d in batch for f in d["added_data_files"]]
+    rewritten, added = files
     # The deletes to drop are decided by the commit, on the branch head it commits on (on every retry):
     # those the rewrite left dangling, unless a concurrent commit made them apply again, and, with
     # remove-dangling-deletes, every other one.
