@@ -89,6 +89,6 @@ def _decode_roaring64(data: bytes, what: str) -> npt.NDArray[np.int64]:
 
     try:
         bitmap = BitMap64.deserialize(data)
-    except (ValueError, OverflowError) as err:
+    except (ValueError, OverflowError, IndexError) as err:  # IndexError: no bitmap bytes at all
         raise DataFileReadError(f"deletion vector {what}: truncated or malformed bitmap ({err})") from err
     return np.frombuffer(bitmap.to_array(), dtype=np.uint64).astype(np.int64)
