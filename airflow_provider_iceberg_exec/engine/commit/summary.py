@@ -69,7 +69,7 @@ def snapshot_summary_properties(
     :param added: files added (a file without ``spec_id`` is in the default spec).
     :param removed: files removed (data or delete files).
     :param previous: the parent snapshot's summary properties; ``None`` when there is no parent.
-    :param snapshot_properties: extra properties, written last.
+    :param snapshot_properties: extra properties, written over the counts, before the carried totals.
     """
     schema = metadata.schema()
     specs = metadata.specs()
