@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from airflow_provider_iceberg_exec.engine.io.catalog import table_name
 from airflow_provider_iceberg_exec.engine.io.payloads import STAGING_DIR
 from airflow_provider_iceberg_exec.engine.meta.reachable import (
     PathNormalizer,
@@ -227,7 +228,7 @@ def delete_unreferenced(
     candidates = list(dict.fromkeys(str(u) for u in uris if u))
     if not candidates:
         return CleanupReport()
-    name = ".".join(table.name())
+    name = table_name(table)
     try:
         table.refresh()
         metadata = table.metadata

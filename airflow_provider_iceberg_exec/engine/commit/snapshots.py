@@ -58,7 +58,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
     TableNotFoundError,
 )
-from airflow_provider_iceberg_exec.engine.io.catalog import catalog_errors
+from airflow_provider_iceberg_exec.engine.io.catalog import catalog_errors, table_name
 from airflow_provider_iceberg_exec.engine.meta.manifests import to_record_layout
 
 # The commit API: the commit functions, their options and results, and the commit-id look-ups the
@@ -328,7 +328,7 @@ def _commit_files(
     what: str,
 ) -> CommitOutcome:
     """Commit ``change``, idempotently by ``commit_id``, mapping PyIceberg's errors."""
-    name = ".".join(table.name())
+    name = table_name(table)
     try:
         with catalog_errors(name):
             table.refresh()

@@ -35,6 +35,7 @@ __all__ = [
     "load_table",
     "parse_table_name",
     "refresh_table",
+    "table_name",
 ]
 
 #: Catalog and FileIO properties the engine accepts. Anything else is refused with the list below.
@@ -229,7 +230,7 @@ def _database_error(name: str, err: Exception) -> IcebergExecError:
 
 def refresh_table(table: Table) -> Table:
     """``table.refresh()``, its catalog's failures as one-line engine errors (:func:`catalog_errors`)."""
-    with catalog_errors(".".join(table.name())):
+    with catalog_errors(table_name(table)):
         table.refresh()
     return table
 
@@ -242,6 +243,11 @@ def is_locked(err: BaseException) -> bool:
     """
     text = str(err)
     return "database is locked" in text or "database table is locked" in text or "database is busy" in text
+
+
+def table_name(table: Table) -> str:
+    """The table's name as documents, logs and errors carry it: ``namespace.table``."""
+    return ".".join(table.name())
 
 
 def parse_table_name(name: str) -> tuple[str, ...]:

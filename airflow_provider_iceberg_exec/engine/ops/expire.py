@@ -41,6 +41,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     CommitStateUnknownError,
     ConfigurationError,
 )
+from airflow_provider_iceberg_exec.engine.io.catalog import table_name
 from airflow_provider_iceberg_exec.engine.io.session import ExecutionStats, datafusion_errors, track_resources
 from airflow_provider_iceberg_exec.engine.meta.reachable import (
     PathNormalizer,
@@ -332,7 +333,7 @@ def expire_snapshots(
     older_than_ms = (
         int(parse_older_than(older_than, now).timestamp() * 1000) if older_than is not None else None
     )
-    name = ".".join(table.name())
+    name = table_name(table)
     started = time.monotonic()
     table.refresh()
     plan, before, after = _expire_with_retries(

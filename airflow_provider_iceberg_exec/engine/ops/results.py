@@ -39,7 +39,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     DataFileCodecError,
     IncompleteRunError,
 )
-from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table
+from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.io.payloads import PAYLOAD_REF_SCHEMA, resolve_payload
 
 if TYPE_CHECKING:
@@ -339,7 +339,7 @@ def commit_results(
     staged = _staged_uris(results)
     planned_staged = [t.staged_uri for t in planned_specs or [] if t.staged_uri]
     if not results and not planned_specs:
-        return empty_commit_result(".".join(table.name()))
+        return empty_commit_result(table_name(table))
     try:
         resolved = [
             resolve_payload(table.io, {k: v for k, v in d.items() if k != "staged_inputs"}) for d in results
@@ -350,7 +350,7 @@ def commit_results(
         if not landed:
             raise
         log.info("Commit %s already landed as snapshots %s", commit_id, landed)
-        landed_result = empty_commit_result(".".join(table.name()))
+        landed_result = empty_commit_result(table_name(table))
         landed_result["snapshot_ids"] = landed
         landed_result["already_committed"] = True
         return landed_result

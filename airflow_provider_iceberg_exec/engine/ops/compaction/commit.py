@@ -16,25 +16,16 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import (
 )
 from airflow_provider_iceberg_exec.engine.commit.verification import BaseFiles, check_rows, verify_added_files
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions
-from airflow_provider_iceberg_exec.engine.contracts import (
-    COMPACTION_RESULT,
-    CommitRecord,
-    CompactionResult,
-)
-from airflow_provider_iceberg_exec.engine.documents import (
-    check_rewrite_result,
-)
+from airflow_provider_iceberg_exec.engine.contracts import COMPACTION_RESULT, CommitRecord, CompactionResult
+from airflow_provider_iceberg_exec.engine.documents import check_rewrite_result
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitValidationError,
     ConfigurationError,
     DataFileCodecError,
 )
-from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table
+from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json
-from airflow_provider_iceberg_exec.engine.meta.scan import (
-    check_branch,
-)
-from airflow_provider_iceberg_exec.engine.ops.compaction.common import table_name
+from airflow_provider_iceberg_exec.engine.meta.scan import check_branch
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -87,8 +78,9 @@ def commit_compaction(
         batches.setdefault(int(doc["commit_batch"]), []).append(doc)
     refresh_table(table)
     check_branch(table.metadata, branch, table_name(table))
-    # Every batch's files are read against this metadata, the one the proofs below check them against.
+    # Every result's files are read once, against this metadata: the proofs and the commits use them.
     specs, schema = table.metadata.specs(), table.metadata.schema()
+    files = {str(doc["group_id"]): _result_files(doc, specs, schema) for doc in docs}
     # What the results claim is proven before any batch is committed: a bad claim refuses the whole call
     # and deletes nothing (the document cannot say what is safe to delete). Batches that already landed
     # (a retry) are not proven again: their base may have expired since.
@@ -99,13 +91,18 @@ def commit_compaction(
         for doc in batch
     ]
     if pending:
-        _verify_batch(table, BaseFiles(table, base_snapshot_id), pending)
+        _verify_batch(table, BaseFiles(table, base_snapshot_id), pending, files)
     failed_commits = 0
     for number, batch in sorted(batches.items()):
         batch_id = _batch_id(commit_id, number, len(batches))
         try:
-            files = _batch_files(batch, specs, schema)
-            _commit_batch(table, batch, files, batch_id, number, base_snapshot_id, branch, options, summary)
+            batch_files = (
+                [f for d in batch for f in files[str(d["group_id"])][0]],
+                [f for d in batch for f in files[str(d["group_id"])][1]],
+            )
+            _commit_batch(
+                table, batch, batch_files, batch_id, number, base_snapshot_id, branch, options, summary
+            )
         except CommitValidationError as err:
             if not options.partial_progress_enabled:
                 raise
@@ -135,12 +132,12 @@ def _common_base(docs: Sequence[Mapping[str, Any]], table_name: str) -> tuple[in
     return int(base_snapshot_id), str(branch)
 
 
-def _batch_files(
-    batch: Sequence[Mapping[str, Any]], specs: Mapping[int, PartitionSpec], schema: Schema
+def _result_files(
+    doc: Mapping[str, Any], specs: Mapping[int, PartitionSpec], schema: Schema
 ) -> tuple[list[DataFile], list[DataFile]]:
-    """The data files a batch rewrites and the ones it adds."""
-    rewritten = [data_file_from_json(f, specs, schema) for d in batch for f in d["rewritten_data_files"]]
-    added = [data_file_from_json(f, specs, schema) for d in batch for f in d["added_data_files"]]
+    """The data files a result rewrites and the ones it adds."""
+    rewritten = [data_file_from_json(f, specs, schema) for f in doc["rewritten_data_files"]]
+    added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]
     return rewritten, added
 
 
@@ -205,12 +202,15 @@ def _commit_batch(
     )
 
 
-def _verify_batch(table: Table, base_files: BaseFiles, batch: Sequence[Mapping[str, Any]]) -> None:
+def _verify_batch(
+    table: Table,
+    base_files: BaseFiles,
+    batch: Sequence[Mapping[str, Any]],
+    files: Mapping[str, tuple[list[DataFile], list[DataFile]]],
+) -> None:
     """Prove each result of a commit batch against the base snapshot and the storage, rows included."""
-    specs, schema = table.metadata.specs(), table.metadata.schema()
     for doc in batch:
-        rewritten = [data_file_from_json(f, specs, schema) for f in doc["rewritten_data_files"]]
-        added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]
+        rewritten, added = files[str(doc["group_id"])]
         verify_added_files(table, added)
         removed = base_files.check_removed(rewritten, doc["applied_deletes"])
         check_rows(

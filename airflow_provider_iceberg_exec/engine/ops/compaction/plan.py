@@ -14,15 +14,9 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     RewriteTask,
     SkippedFile,
 )
-from airflow_provider_iceberg_exec.engine.errors import (
-    ConfigurationError,
-)
-from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table
-from airflow_provider_iceberg_exec.engine.io.sorting import (
-    SortKey,
-    parse_sort_order,
-    table_sort_keys,
-)
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
+from airflow_provider_iceberg_exec.engine.io.sorting import SortKey, parse_sort_order, table_sort_keys
 from airflow_provider_iceberg_exec.engine.meta.scan import (
     ScannedFile,
     check_branch,
@@ -30,11 +24,8 @@ from airflow_provider_iceberg_exec.engine.meta.scan import (
     parse_where,
     scan_data_files,
 )
-from airflow_provider_iceberg_exec.engine.meta.task_files import (
-    has_equality_deletes,
-    scanned_to_json,
-)
-from airflow_provider_iceberg_exec.engine.ops.compaction.common import strategy_of, table_name
+from airflow_provider_iceberg_exec.engine.meta.task_files import has_equality_deletes, scanned_to_json
+from airflow_provider_iceberg_exec.engine.ops.compaction.common import strategy_of
 from airflow_provider_iceberg_exec.engine.ops.planning import FileCandidate, FileGroup, plan_file_groups
 
 if TYPE_CHECKING:

@@ -8,20 +8,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, Strategy
-from airflow_provider_iceberg_exec.engine.contracts import (
-    REWRITE_RESULT,
-    RewriteResult,
-)
+from airflow_provider_iceberg_exec.engine.contracts import REWRITE_RESULT, RewriteResult
 from airflow_provider_iceberg_exec.engine.deletes.apply import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.documents import (
     applied_deletes_of,
     check_base_snapshot,
     check_rewrite_task,
 )
-from airflow_provider_iceberg_exec.engine.errors import (
-    ConfigurationError,
-    IcebergExecError,
-)
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
 from airflow_provider_iceberg_exec.engine.io.read import READ_AHEAD_BATCHES, READ_AHEAD_BYTES, read_ahead
 from airflow_provider_iceberg_exec.engine.io.session import resource_error, track_resources
 from airflow_provider_iceberg_exec.engine.io.sorting import (
@@ -32,9 +26,7 @@ from airflow_provider_iceberg_exec.engine.io.sorting import (
 )
 from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to_json
-from airflow_provider_iceberg_exec.engine.meta.task_files import (
-    scanned_from_json,
-)
+from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_from_json
 from airflow_provider_iceberg_exec.engine.ops.compaction.common import strategy_of
 
 if TYPE_CHECKING:

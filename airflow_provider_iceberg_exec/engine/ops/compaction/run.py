@@ -9,15 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, uris_of
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits
-from airflow_provider_iceberg_exec.engine.contracts import (
-    CompactionResult,
-    PlanSummary,
-    RewriteResult,
-)
-from airflow_provider_iceberg_exec.engine.errors import (
-    CommitStateUnknownError,
-    IcebergExecError,
-)
+from airflow_provider_iceberg_exec.engine.contracts import CompactionResult, PlanSummary, RewriteResult
+from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError, IcebergExecError
 from airflow_provider_iceberg_exec.engine.ops.compaction.commit import commit_compaction, landed_result
 from airflow_provider_iceberg_exec.engine.ops.compaction.plan import plan_compaction
 from airflow_provider_iceberg_exec.engine.ops.compaction.rewrite import execute_rewrite_task

@@ -30,11 +30,11 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
     DataFileCodecError,
 )
-from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table
+from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.io.session import track_resources
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile, check_branch, parse_where
-from airflow_provider_iceberg_exec.engine.ops.cow.common import COMMON_KEYS, table_name
+from airflow_provider_iceberg_exec.engine.ops.cow.common import COMMON_KEYS
 from airflow_provider_iceberg_exec.engine.ops.cow.predicate import Predicate
 from airflow_provider_iceberg_exec.engine.ops.cow.read import live_batches
 

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from pyiceberg.table import Table
-
-__all__ = ["COMMON_KEYS", "COW_OPERATIONS", "parse_operation", "table_name"]
+__all__ = ["COMMON_KEYS", "COW_OPERATIONS", "parse_operation"]
 
 #: the operations, in the CLI's and the task documents' spelling
 COW_OPERATIONS = ("delete", "update", "overwrite")
@@ -23,8 +18,3 @@ def parse_operation(text: str) -> str:
     if kind not in COW_OPERATIONS:
         raise ConfigurationError(f"unknown operation {text!r}; use one of {', '.join(COW_OPERATIONS)}")
     return kind
-
-
-def table_name(table: Table) -> str:
-    """The table's name as documents carry it, ``namespace.table``."""
-    return ".".join(table.name())

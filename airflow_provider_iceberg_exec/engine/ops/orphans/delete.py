@@ -23,12 +23,12 @@ from airflow_provider_iceberg_exec.engine.contracts import (
 )
 from airflow_provider_iceberg_exec.engine.documents import check_orphan_scan_result
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+from airflow_provider_iceberg_exec.engine.io.catalog import table_name
 from airflow_provider_iceberg_exec.engine.meta.reachable import PathNormalizer, bulk_remover, filesystem_for
 from airflow_provider_iceberg_exec.engine.ops.orphans.documents import SAMPLE_SIZE, read_lines
 from airflow_provider_iceberg_exec.engine.ops.orphans.rules import (
     MIN_ORPHAN_AGE,
     check_gc_enabled,
-    table_name,
 )
 from airflow_provider_iceberg_exec.engine.ops.orphans.scan import scan_orphan_files
 

@@ -23,7 +23,6 @@ __all__ = [
     "MIN_ORPHAN_AGE",
     "PrefixMismatchMode",
     "check_gc_enabled",
-    "table_name",
 ]
 
 #: Java's default ``older_than``: files younger than this are never orphans
@@ -62,8 +61,3 @@ def check_gc_enabled(table: Table) -> None:
     """
     if not gc_enabled(table.metadata.properties):
         raise ConfigurationError(GC_MESSAGE)
-
-
-def table_name(table: Table) -> str:
-    """``namespace.table``, as the result documents name it."""
-    return ".".join(table.name())

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import ORPHAN_SCAN_RESULT, OrphanScanResult
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+from airflow_provider_iceberg_exec.engine.io.catalog import table_name
 from airflow_provider_iceberg_exec.engine.io.session import ExecutionStats, datafusion_errors, track_resources
 from airflow_provider_iceberg_exec.engine.meta.reachable import (
     PathNormalizer,
@@ -62,7 +63,6 @@ from airflow_provider_iceberg_exec.engine.ops.orphans.rules import (
     MIN_ORPHAN_AGE,
     PrefixMismatchMode,
     check_gc_enabled,
-    table_name,
 )
 
 if TYPE_CHECKING:

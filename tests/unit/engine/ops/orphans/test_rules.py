@@ -16,7 +16,6 @@ from airflow_provider_iceberg_exec.engine.ops.orphans.rules import (
     MIN_ORPHAN_AGE,
     PrefixMismatchMode,
     check_gc_enabled,
-    table_name,
 )
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -92,12 +91,3 @@ def test_gc_check_reads_the_properties_as_last_refreshed(catalog: SqlCatalog) ->
     stale.refresh()
     with pytest.raises(ConfigurationError, match="GC is disabled"):
         check_gc_enabled(stale)
-
-
-def test_table_name_is_namespace_dot_table(catalog: SqlCatalog) -> None:
-    catalog.create_namespace("outer.inner")
-    flat = catalog.create_table("ns.events", schema=SCHEMA)
-    nested = catalog.create_table("outer.inner.events", schema=SCHEMA)
-
-    assert table_name(flat) == "ns.events"
-    assert table_name(nested) == "outer.inner.events"
