@@ -41,7 +41,13 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Record
 
-from airflow_provider_iceberg_exec.engine.commit.change import FilesChange, History, some, spec_id_of
+from airflow_provider_iceberg_exec.engine.commit.change import (
+    FilesChange,
+    History,
+    SequencedDelete,
+    some,
+    spec_id_of,
+)
 from airflow_provider_iceberg_exec.engine.commit.conflicts import validation_history
 from airflow_provider_iceberg_exec.engine.commit.dangling import delete_files_to_remove
 from airflow_provider_iceberg_exec.engine.commit.idempotency import AlreadyCommittedError, find_commit
@@ -107,6 +113,8 @@ class Attempt:
                     )
             manifests.append(writer.to_manifest_file())
 
+        manifests.extend(self._write_added_deletes(change, snapshot_id, open_writer))
+
         for rewrite in self.rewrites:
             # Like Java's ManifestFilterManager: one filtered manifest per affected manifest, with
             # both sequence numbers explicit on EXISTING and DELETED entries (spec requirement).
@@ -119,6 +127,29 @@ class Attempt:
 
         # Manifests without live files (only old DELETED entries) are dropped, as Java's producers do.
         manifests.extend(m for m in self.carried if m.has_added_files() or m.has_existing_files())
+        return manifests
+
+    def _write_added_deletes(
+        self, change: FilesChange, snapshot_id: int, open_writer: OpenWriter
+    ) -> list[ManifestFile]:
+        """One delete manifest per spec of the added delete files, each entry with its sequence number."""
+        by_spec: dict[int, list[SequencedDelete]] = defaultdict(list)
+        for added in change.added_deletes:
+            by_spec[spec_id_of(added.delete_file, self.metadata.default_spec_id)].append(added)
+        manifests = []
+        for spec_id, deletes in by_spec.items():
+            with open_writer(ManifestContent.DELETES, spec_id) as writer:
+                for added in deletes:
+                    writer.add_entry(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED,
+                            snapshot_id=snapshot_id,
+                            sequence_number=added.data_sequence_number,
+                            file_sequence_number=None,
+                            data_file=added.delete_file,
+                        )
+                    )
+            manifests.append(writer.to_manifest_file())
         return manifests
 
 
@@ -138,7 +169,7 @@ def prepare_attempt(
     attempt = _plan_attempt(change, io, metadata, head_snapshot_id)
     # On every attempt: a commit that retried for long may have outlived a short orphan age, and
     # must never make a file live that is gone.
-    if gone := [f.file_path for f in change.added if not io.new_input(f.file_path).exists()]:
+    if gone := [f.file_path for f in change.added_files if not io.new_input(f.file_path).exists()]:
         raise ValidationException(
             f"output files no longer exist (removed as orphans while the commit retried?): "
             f"{some(gone)}; plan and rewrite again"

@@ -20,7 +20,16 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Operation, Snapshot
     from pyiceberg.typedef import Record
 
-__all__ = ["DanglingDeletes", "FilesChange", "History", "Validation", "partition_key", "some", "spec_id_of"]
+__all__ = [
+    "DanglingDeletes",
+    "FilesChange",
+    "History",
+    "SequencedDelete",
+    "Validation",
+    "partition_key",
+    "some",
+    "spec_id_of",
+]
 
 
 class DanglingDeletes(str, enum.Enum):
@@ -62,6 +71,18 @@ class History:
     window: list[Snapshot]
 
 
+@dataclass(frozen=True)
+class SequencedDelete:
+    """A delete file to add with an explicit data sequence number: Java's ``RewriteFiles.addFile(file, seq)``.
+
+    A rewritten delete file keeps the sequence number of the deletes it replaces (the largest of them),
+    so that it applies to exactly the data files they applied to.
+    """
+
+    delete_file: DataFile
+    data_sequence_number: int
+
+
 #: The checks of one operation, after the base is known to be an ancestor and the files to remove live:
 #: ``validate(change, history, removed_data_files)`` raises ``ValidationException`` on a conflict.
 Validation = Callable[["FilesChange", History, list["DataFile"]], None]
@@ -81,6 +102,11 @@ class FilesChange:
     :param explicit_sequence_number: give the added files the base snapshot's data sequence number.
     :param dangling_deletes: which other delete files to remove (see :class:`DanglingDeletes`).
     :param validate: the operation's conflict checks (see :data:`Validation`).
+    :param added_deletes: delete files to add, each with its explicit data sequence number.
+    :param rewrites_deletes: the commit replaces ``removed_delete_files`` by the equivalent
+        ``added_deletes`` (fewer positions only where they name no live row), so the removed ones are not
+        checked for still applying to live data files: the operation's validation guards what they
+        covered.
     """
 
     operation: Operation
@@ -93,6 +119,13 @@ class FilesChange:
     explicit_sequence_number: bool
     dangling_deletes: DanglingDeletes
     validate: Validation
+    added_deletes: Sequence[SequencedDelete] = ()
+    rewrites_deletes: bool = False
+
+    @property
+    def added_files(self) -> list[DataFile]:
+        """Every file the commit adds, data files first."""
+        return [*self.added, *(d.delete_file for d in self.added_deletes)]
 
 
 def spec_id_of(data_file: DataFile, default: int) -> int:

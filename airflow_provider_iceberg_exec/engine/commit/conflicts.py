@@ -8,6 +8,9 @@ Run on every commit attempt, against the branch head the snapshot is committed o
 - :func:`validate_rewrite` (``replace``, Java's ``BaseRewriteFiles.validate``) counts only position
   deletes when the output keeps the base's sequence number and stays in the partitions of its inputs,
   because newer equality deletes still apply to it;
+- :class:`DeleteRewriteValidation` (a ``replace`` of delete files by delete files): the data files the new
+  deletes name must still be live and must have no new delete (``validateDataFilesExist``,
+  ``validateNoConflictingDeleteFiles``), as Flink's equality-delete conversion commits;
 - :class:`OverwriteValidation` (``overwrite``, Java's ``BaseOverwriteFiles.validate``): under
   serializable isolation also no data file appended since the base may hold rows matching the conflict
   filter (``validateAddedDataFiles``).
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyiceberg.exceptions import ValidationException
@@ -35,6 +38,7 @@ from airflow_provider_iceberg_exec.engine.commit.change import FilesChange, Hist
 from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries, referenced_data_file
 
 __all__ = [
+    "DeleteRewriteValidation",
     "OverwriteValidation",
     "validate_no_new_deletes",
     "validate_rewrite",
@@ -91,6 +95,48 @@ def validate_rewrite(change: FilesChange, history: History, removed_data_files: 
         removed_data_files,
         ignore_equality_deletes=change.explicit_sequence_number and same_spec,
     )
+
+
+@dataclass(frozen=True)
+class DeleteRewriteValidation:
+    """The checks of a delete-file rewrite: the data files its new deletes cover are unchanged since the base.
+
+    :param required_data_files: the data files the replaced deletes were resolved against (an equality
+        delete converted to positions of these files). Empty for a rewrite that only regroups positions.
+    """
+
+    required_data_files: tuple[DataFile, ...]
+
+    def __call__(self, change: FilesChange, history: History, removed_data_files: list[DataFile]) -> None:
+        """Validate one attempt; see :data:`~.change.Validation`."""
+        if not self.required_data_files:
+            return
+        validate_data_files_exist(history, self.required_data_files)
+        # A delete committed meanwhile for one of them may come from a writer that read the rows the
+        # converted deletes removed: plan again on the new state.
+        validate_no_new_deletes(history, list(self.required_data_files), ignore_equality_deletes=False)
+
+
+def validate_data_files_exist(history: History, required: Sequence[DataFile]) -> None:
+    """Fail when a snapshot after the base removed one of ``required``: Java's ``validateDataFilesExist``.
+
+    A compaction that rewrote such a file with the base's sequence number may have produced output the
+    removed equality deletes still had to reach.
+    """
+    paths = {data_file.file_path for data_file in required}
+    window_ids = {snapshot.snapshot_id for snapshot in history.window}
+    for snapshot in history.window:
+        for manifest in snapshot.manifests(history.io):
+            if manifest.content != ManifestContent.DATA or manifest.added_snapshot_id not in window_ids:
+                continue
+            if manifest.deleted_files_count == 0:  # None (v1 without counts): read it
+                continue
+            for entry in read_manifest_entries(history.io, manifest, discard_deleted=False):
+                if entry.status == ManifestEntryStatus.DELETED and entry.data_file.file_path in paths:
+                    raise ValidationException(
+                        f"Cannot commit, missing data files: {entry.data_file.file_path} was removed by "
+                        f"snapshot {entry.snapshot_id}"
+                    )
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,7 @@ class FilesProducer(_SnapshotProducer["FilesProducer"]):
         )
         properties = snapshot_summary_properties(
             metadata,
-            added=self._change.added,
+            added=self._change.added_files,
             removed=[entry.data_file for entry in attempt.removed_entries],
             previous=parent.summary.additional_properties if parent is not None and parent.summary else None,
             snapshot_properties=snapshot_properties,

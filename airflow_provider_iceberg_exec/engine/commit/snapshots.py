@@ -1,8 +1,11 @@
 """Commit rewritten files as one snapshot: Java's ``RewriteFiles`` and ``OverwriteFiles`` on PyIceberg 0.12.
 
-The public commit API. Two commits, which differ only in their operation and their validation:
+The public commit API. Three commits, which differ only in their operation and their validation:
 
 - :func:`commit_rewrite` (compaction) commits ``replace``, as Java's ``RewriteFiles``;
+- :func:`commit_delete_rewrite` (equality deletes converted to positions, position deletes compacted)
+  commits ``replace`` of delete files by delete files, each added with an explicit data sequence number
+  (``RewriteFiles.deleteFile(old).addFile(new, seq)``);
 - :func:`commit_overwrite` (copy-on-write delete, update and overwrite by predicate) commits ``overwrite``
   (``delete`` when it only removes files, ``append`` when it only adds), as Java's ``OverwriteFiles`` does
   for Spark's copy-on-write writes, with the table's isolation level (see :func:`commit_overwrite`).
@@ -43,8 +46,12 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot
 
-from airflow_provider_iceberg_exec.engine.commit.change import DanglingDeletes, FilesChange
-from airflow_provider_iceberg_exec.engine.commit.conflicts import OverwriteValidation, validate_rewrite
+from airflow_provider_iceberg_exec.engine.commit.change import DanglingDeletes, FilesChange, SequencedDelete
+from airflow_provider_iceberg_exec.engine.commit.conflicts import (
+    DeleteRewriteValidation,
+    OverwriteValidation,
+    validate_rewrite,
+)
 from airflow_provider_iceberg_exec.engine.commit.failures import commit_failure
 from airflow_provider_iceberg_exec.engine.commit.idempotency import (
     COMMIT_ID_PROPERTY,
@@ -68,6 +75,8 @@ __all__ = [
     "CommitOutcome",
     "DanglingDeletes",
     "IsolationLevel",
+    "SequencedDelete",
+    "commit_delete_rewrite",
     "commit_overwrite",
     "commit_rewrite",
     "find_commit",
@@ -175,6 +184,111 @@ def commit_rewrite(
             f"{len(removed_delete_files)} deletes removed (dangling deletes: {dangling.value})"
         ),
     )
+
+
+def commit_delete_rewrite(
+    table: Table,
+    *,
+    base_snapshot_id: int,
+    removed_delete_files: Sequence[DataFile],
+    added_delete_files: Sequence[SequencedDelete],
+    required_data_files: Sequence[DataFile] = (),
+    commit_id: str,
+    branch: str = "main",
+    snapshot_properties: Mapping[str, str] | None = None,
+) -> CommitOutcome:
+    """Replace delete files by equivalent delete files in one ``replace`` snapshot; no data file changes.
+
+    Java's ``newRewrite().validateFromSnapshot(base).deleteFile(old)...addFile(new, seq)``. Every removed
+    delete file must still be live ("Missing required files to delete"). With ``required_data_files``
+    (the data files an equality delete was resolved against), each must also still be live and have no
+    delete committed after the base, as Flink's equality-delete conversion validates: a compaction that
+    rewrote one meanwhile may keep rows the removed equality deletes had to reach.
+
+    .. code-block:: python
+
+        outcome = commit_delete_rewrite(
+            table,
+            base_snapshot_id=plan_snapshot_id,
+            removed_delete_files=equality_deletes,
+            added_delete_files=[SequencedDelete(position_delete, 7)],
+            required_data_files=data_files_with_matches,
+            commit_id="convert-2026-12-01",
+        )
+
+    :param table: the table; refreshed first, and holding the new metadata afterwards.
+    :param base_snapshot_id: the snapshot the rewrite was planned and read from.
+    :param removed_delete_files: delete files replaced; at least one.
+    :param added_delete_files: the new delete files, written but not committed, each with the data
+        sequence number it must carry (at least the sequence number of every data file it names).
+    :param required_data_files: data files that must be unchanged since the base.
+    :param commit_id: the caller's idempotency key (see :func:`commit_rewrite`).
+    :param branch: the branch to commit to.
+    :param snapshot_properties: extra summary properties.
+    :returns: the committed (or already committed) snapshot.
+    :raises ConfigurationError: for bad arguments, a v1 or a format-version 3 table.
+    :raises TableNotFoundError: when the table no longer exists.
+    :raises CommitValidationError: when validation from the base fails; the work must be planned again.
+    :raises CommitConflictError: when concurrent commits kept winning until the retries ran out.
+    :raises CommitStateUnknownError: when the catalog's answer is unknown; check the table first.
+    """
+    properties = _check_delete_rewrite_arguments(
+        removed_delete_files, added_delete_files, required_data_files, commit_id, snapshot_properties
+    )
+    return _commit_files(
+        table,
+        branch=branch,
+        commit_id=commit_id,
+        removed_delete_files=removed_delete_files,
+        snapshot_properties=properties,
+        change=lambda: FilesChange(
+            operation=Operation.REPLACE,
+            base_snapshot_id=base_snapshot_id,
+            removed_data_files=[],
+            removed_delete_files=list(removed_delete_files),
+            added=[],
+            commit_id=commit_id,
+            branch=branch,
+            explicit_sequence_number=False,
+            dangling_deletes=DanglingDeletes.NONE,
+            validate=DeleteRewriteValidation(tuple(required_data_files)),
+            added_deletes=[
+                SequencedDelete(to_record_layout(d.delete_file), d.data_sequence_number)
+                for d in added_delete_files
+            ],
+            rewrites_deletes=True,
+        ),
+        what=(
+            f"{len(removed_delete_files)} delete files rewritten, {len(added_delete_files)} added, "
+            f"{len(required_data_files)} data files validated"
+        ),
+    )
+
+
+def _check_delete_rewrite_arguments(
+    removed: Sequence[DataFile],
+    added: Sequence[SequencedDelete],
+    required: Sequence[DataFile],
+    commit_id: str,
+    snapshot_properties: Mapping[str, str] | None,
+) -> dict[str, str]:
+    """Check what Java's BaseRewriteFiles checks for delete files; return the summary properties."""
+    if not removed:
+        raise ConfigurationError("Files to delete cannot be empty")
+    if bad := [f.file_path for f in removed if f.content == DataFileContent.DATA]:
+        raise ConfigurationError(f"removed delete files must be delete files: {', '.join(bad)}")
+    if bad := [d.delete_file.file_path for d in added if d.delete_file.content == DataFileContent.DATA]:
+        raise ConfigurationError(f"added delete files must be delete files: {', '.join(bad)}")
+    if bad := [d.delete_file.file_path for d in added if d.data_sequence_number < 0]:
+        raise ConfigurationError(f"added delete files need a data sequence number >= 0: {', '.join(bad)}")
+    if bad := [f.file_path for f in required if f.content != DataFileContent.DATA]:
+        raise ConfigurationError(f"required data files must have content DATA: {', '.join(bad)}")
+    added_paths = [d.delete_file.file_path for d in added]
+    if len(set(added_paths)) != len(added_paths):
+        raise ConfigurationError("added_delete_files lists a path more than once")
+    if overlap := set(added_paths) & {f.file_path for f in removed}:
+        raise ConfigurationError(f"files cannot be both removed and added: {', '.join(sorted(overlap))}")
+    return _check_common([], [], commit_id, snapshot_properties)
 
 
 def _dangling_mode(value: DanglingDeletes | str) -> DanglingDeletes:
