@@ -14,6 +14,10 @@ from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 __all__ = [
     "COMPACTION_PLAN",
     "COMPACTION_RESULT",
+    "CONVERT_PLAN",
+    "CONVERT_RESULT",
+    "CONVERT_TASK",
+    "CONVERT_TASK_RESULT",
     "COW_COMMIT_RESULT",
     "COW_PLAN",
     "COW_RESULT",
@@ -26,6 +30,10 @@ __all__ = [
     "CommitRecord",
     "CompactionPlan",
     "CompactionResult",
+    "ConvertPlan",
+    "ConvertResult",
+    "ConvertTask",
+    "ConvertTaskResult",
     "CowCommitResult",
     "CowDocument",
     "CowPlan",
@@ -405,3 +413,76 @@ class ExpireSnapshotsResult(TypedDict):
     peak_rss_bytes: int
     spilled_bytes: int
     elapsed_seconds: float
+
+
+# --- equality -> position delete conversion (:mod:`.ops.convert`): plan -> task -> task result -> commit ---
+
+CONVERT_PLAN = "iceberg-exec/convert-plan@1"
+CONVERT_TASK = "iceberg-exec/convert-task@1"
+CONVERT_TASK_RESULT = "iceberg-exec/convert-task-result@1"
+CONVERT_RESULT = "iceberg-exec/convert-result@1"
+
+
+class ConvertTask(TypedDict):
+    """The data files of one partition and the equality deletes to convert that apply to them."""
+
+    schema: str
+    table: str
+    branch: str
+    base_snapshot_id: int
+    task_id: str
+    options: dict[str, str]
+    equality_delete_files: list[str]
+    data_files: list[TaskFileJson]
+
+
+class ConvertPlan(TypedDict):
+    """What ``plan_conversion`` chose: a task per partition; deletes applying to no data file."""
+
+    schema: str
+    table: str
+    branch: str
+    base_snapshot_id: int | None
+    options: dict[str, str]
+    equality_delete_files_count: int
+    tasks: list[ConvertTask]
+    dangling_equality_delete_files: NotRequired[list[str]]
+
+
+class ConvertTaskResult(TypedDict):
+    """One converted partition: the position delete files written and what was examined and merged."""
+
+    schema: str
+    table: str
+    branch: str
+    base_snapshot_id: int
+    task_id: str
+    equality_delete_files: list[str]
+    #: every data file examined (its rows matched against the deletes), with or without matches
+    data_files: list[str]
+    #: file-scoped position delete files whose positions the new files carry (removed by the commit)
+    merged_position_delete_files: list[str]
+    added_delete_files: list[ContentFileJson]
+    matched_rows: int
+    data_rows_read: int
+    delete_rows_read: int
+    peak_rss_bytes: int
+    spilled_bytes: int
+    elapsed_seconds: float
+
+
+class ConvertResult(TypedDict):
+    """``convert_equality_deletes``: Java's ``ConvertEqualityDeleteFiles.Result`` names, plus what it cost."""
+
+    schema: str
+    table: str
+    converted_equality_delete_files_count: int
+    added_position_delete_files_count: int
+    removed_position_delete_files_count: int
+    matched_rows_count: int
+    added_bytes_count: int
+    kept_equality_delete_files: list[str]
+    snapshot_ids: list[int]
+    already_committed: bool
+    peak_rss_bytes: int
+    spilled_bytes: int

@@ -20,6 +20,9 @@ from typing import Any
 
 from airflow_provider_iceberg_exec.engine.contracts import (
     COMPACTION_PLAN,
+    CONVERT_PLAN,
+    CONVERT_TASK,
+    CONVERT_TASK_RESULT,
     COW_PLAN,
     COW_RESULT,
     COW_TASK,
@@ -35,6 +38,9 @@ __all__ = [
     "applied_deletes_of",
     "check_base_snapshot",
     "check_compaction_plan",
+    "check_convert_plan",
+    "check_convert_task",
+    "check_convert_task_result",
     "check_cow_plan",
     "check_cow_result",
     "check_cow_task",
@@ -483,4 +489,88 @@ def check_orphan_scan_result(doc: Any) -> Mapping[str, Any]:
         mapping = reader.get(key, dict, required=False) or {}
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
             raise reader.error(key, "expected an object of strings")
+    return reader.doc
+
+
+def _check_paths(reader: _Doc, key: str, *, non_empty: bool = False) -> list[str]:
+    values: list[Any] = reader.get(key, list)
+    if non_empty and not values:
+        raise reader.error(key, "is empty")
+    if bad := [v for v in values if not isinstance(v, str) or not v.strip()]:
+        raise reader.error(key, f"expected file paths, got {bad[0]!r}")
+    if len(set(values)) != len(values):
+        raise reader.error(key, "lists a path more than once")
+    return values
+
+
+def _check_convert_common(reader: _Doc) -> str:
+    reader.table()
+    task_id = reader.text("task_id")
+    reader.where = f"{reader.where} (task {task_id})"
+    if not _SAFE_NAME.fullmatch(task_id) or ".." in task_id:
+        # It prefixes the output's file names: a "/" or ".." would write outside the table.
+        raise reader.error("task_id", f"{task_id!r} must be letters, digits, '.', '_' or '-' only")
+    reader.text("branch")
+    reader.get("base_snapshot_id", int)
+    _check_paths(reader, "equality_delete_files", non_empty=True)
+    return task_id
+
+
+def check_convert_task(doc: Any) -> Mapping[str, Any]:
+    """Validate an equality -> position conversion task (``iceberg-exec/convert-task@1``); return it.
+
+    :raises DataFileCodecError: naming the first key that is missing, mistyped or inconsistent.
+    """
+    reader = _Doc(doc, CONVERT_TASK)
+    _check_convert_common(reader)
+    reader.get("options", dict)
+    _check_task_entries(reader, "data_files")
+    if not reader.doc["data_files"]:
+        raise reader.error("data_files", "is empty; a task examines at least one data file")
+    return reader.doc
+
+
+def check_convert_plan(doc: Any) -> Mapping[str, Any]:
+    """Validate a conversion plan and every task in it; return it.
+
+    :raises DataFileCodecError: naming the plan's or a task's first bad key.
+    """
+    reader = _Doc(doc, CONVERT_PLAN)
+    table = reader.table()
+    base = reader.get("base_snapshot_id", int, nullable=True)
+    reader.count("equality_delete_files_count")
+    tasks: list[Any] = reader.get("tasks", list)
+    for pos, task in enumerate(tasks):
+        try:
+            check_convert_task(task)
+        except DataFileCodecError as err:
+            raise reader.error(f"tasks[{pos}]", str(err)) from None
+        if task["table"] != table or task["base_snapshot_id"] != base:
+            raise reader.error(f"tasks[{pos}]", "belongs to another table or base snapshot than the plan")
+    if "dangling_equality_delete_files" in reader.doc:
+        _check_paths(reader, "dangling_equality_delete_files")
+    return reader.doc
+
+
+def check_convert_task_result(doc: Any) -> Mapping[str, Any]:
+    """Validate a conversion task's result (``iceberg-exec/convert-task-result@1``) completely; return it.
+
+    :raises DataFileCodecError: naming the first key that is missing, mistyped or inconsistent.
+    """
+    reader = _Doc(doc, CONVERT_TASK_RESULT)
+    _check_convert_common(reader)
+    _check_paths(reader, "data_files", non_empty=True)
+    _check_paths(reader, "merged_position_delete_files")
+    added = reader.files("added_delete_files", content="position-deletes")
+    matched = reader.count("matched_rows")
+    for key in ("data_rows_read", "delete_rows_read", "peak_rss_bytes", "spilled_bytes"):
+        reader.count(key)
+    elapsed = reader.doc.get("elapsed_seconds")
+    if not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or elapsed < 0:
+        raise reader.error("elapsed_seconds", f"expected seconds, got {elapsed!r}")
+    written = sum(int(f["record-count"]) for f in added)
+    if written < matched:
+        raise reader.error(
+            "added_delete_files", f"hold {written} positions, fewer than the {matched} matched rows"
+        )
     return reader.doc

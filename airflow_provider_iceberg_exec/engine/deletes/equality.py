@@ -35,7 +35,18 @@ if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.types import NestedField
 
-__all__ = ["apply_equality_deletes", "equality_key_fields", "has_equality_deletes"]
+__all__ = [
+    "apply_equality_deletes",
+    "bucket_pairs",
+    "equality_key_fields",
+    "equality_kinds",
+    "has_equality_deletes",
+    "join_limits",
+    "join_session",
+    "key_column",
+    "key_fields_of",
+    "remove_part",
+]
 
 _HIDDEN = "__iceberg_exec_"
 _SEQ = f"{_HIDDEN}seq"
@@ -55,7 +66,7 @@ _MIN_BUCKET_CHUNKS_PER_PART = 256
 _BUCKET = f"{_HIDDEN}bucket"
 
 
-def _key(field_id: int) -> str:
+def key_column(field_id: int) -> str:
     return f"{_HIDDEN}k{field_id}"
 
 
@@ -82,10 +93,10 @@ def equality_key_fields(metadata: TableMetadata, files: Sequence[ScannedFile]) -
             for i in (d.data_file.equality_ids or ())
         }
     )
-    return _key_fields(metadata, key_ids)
+    return key_fields_of(metadata, key_ids)
 
 
-def _key_fields(metadata: TableMetadata, field_ids: Sequence[int]) -> list[NestedField]:
+def key_fields_of(metadata: TableMetadata, field_ids: Sequence[int]) -> list[NestedField]:
     """The fields of the equality ids, from the current schema or, for dropped columns, an older one."""
     from pyiceberg.types import NestedField, PrimitiveType
 
@@ -103,7 +114,7 @@ def _key_fields(metadata: TableMetadata, field_ids: Sequence[int]) -> list[Neste
             raise ConfigurationError(f"equality delete field id {field_id} is in no schema of the table")
         if not isinstance(found.field_type, PrimitiveType):
             raise ConfigurationError(f"equality delete on non-primitive field {found.name} is not supported")
-        fields.append(NestedField(field_id, _key(field_id), found.field_type, required=False))
+        fields.append(NestedField(field_id, key_column(field_id), found.field_type, required=False))
     return fields
 
 
@@ -154,7 +165,7 @@ def _stage_equality_deletes(
             stage.write(_with_scope(batch, scope))
 
 
-def _equality_kinds(
+def equality_kinds(
     files: Sequence[ScannedFile], unpartitioned: set[int]
 ) -> dict[tuple[tuple[int, ...], bool], list[ScannedDelete]]:
     """The equality delete files of ``files``, deduplicated, by (sorted equality ids, global)."""
@@ -176,14 +187,14 @@ def _equality_kinds(
 
 def _anti_join_sql(query: str, name: str, ids: Sequence[int], is_global: bool) -> str:
     """Wrap ``query`` in a null-safe anti-join against the staged deletes ``name`` (spec 6.2 rules)."""
-    conditions = [f'(d."{_key(i)}" IS NOT DISTINCT FROM {name}."{_key(i)}")' for i in ids]
+    conditions = [f'(d."{key_column(i)}" IS NOT DISTINCT FROM {name}."{key_column(i)}")' for i in ids]
     if not is_global:
         conditions += [f'(d."{_SPEC}" = {name}."{_SPEC}")', f'(d."{_PART}" = {name}."{_PART}")']
     conditions.append(f'({name}."{_SEQ}" > d."{_SEQ}")')
     return f"SELECT d.* FROM ({query}) AS d LEFT ANTI JOIN {name} ON {' AND '.join(conditions)}"
 
 
-def _join_limits(limits: ResourceLimits, staged: Sequence[StagedParquet]) -> ResourceLimits:
+def join_limits(limits: ResourceLimits, staged: Sequence[StagedParquet]) -> ResourceLimits:
     """Limits for the sort-merge anti-join: a quarter of the memory, batches of about 64 KiB.
 
     Each sorted run being merged holds a batch outside the pool: with 8192-row batches of 200-byte keys
@@ -201,7 +212,7 @@ def _join_limits(limits: ResourceLimits, staged: Sequence[StagedParquet]) -> Res
     )
 
 
-def _join_session(limits: ResourceLimits, spill_dir: str) -> Any:
+def join_session(limits: ResourceLimits, spill_dir: str) -> Any:
     from airflow_provider_iceberg_exec.engine.io.session import build_session
 
     ctx = build_session(limits, spill_dir)
@@ -222,7 +233,7 @@ def _join_pair(
     """The rows of the staged data file ``data_path`` that no staged delete of ``delete_path`` matches."""
     if data_path is None:
         return
-    ctx = _join_session(limits, spill_dir)
+    ctx = join_session(limits, spill_dir)
     register_staged(ctx, "d0", data_path)
     query = "SELECT * FROM d0"
     if delete_path is not None:
@@ -253,7 +264,7 @@ def _bucket_sql(
     by_id = {f.field_id: f for f in key_fields}
     parts = []
     for i in ids:
-        column = f'"{_key(i)}"'
+        column = f'"{key_column(i)}"'
         text = (
             f"encode({column}, 'hex')"
             if isinstance(by_id[i].field_type, (BinaryType, FixedType, UUIDType))
@@ -270,7 +281,7 @@ def _bucket_sql(
     return f'SELECT *, ({code}) % {buckets} AS "{_BUCKET}" FROM {table}'
 
 
-def _bucket_pairs(
+def bucket_pairs(
     data: tuple[str, int],
     deletes: tuple[str, int],
     ids: Sequence[int],
@@ -298,17 +309,17 @@ def _bucket_pairs(
         data[0], deletes[0], ids, key_fields, fan_out, level, scan_limits, spill_dir, f"{name}-{level}"
     )
     if level > 0:  # a bucket of the level above: split now, no longer needed
-        _remove(data)
-        _remove(deletes)
+        remove_part(data)
+        remove_part(deletes)
     try:
         while split:
             data_part, delete_part = split.pop(0)
             if data_part is None:
-                _remove(delete_part)
+                remove_part(delete_part)
             elif delete_part is None:
                 yield data_part[0], None  # nothing to delete in this bucket
             else:
-                yield from _bucket_pairs(
+                yield from bucket_pairs(
                     data_part,
                     delete_part,
                     ids,
@@ -321,11 +332,11 @@ def _bucket_pairs(
                 )
     finally:
         for data_part, delete_part in split:
-            _remove(data_part)
-            _remove(delete_part)
+            remove_part(data_part)
+            remove_part(delete_part)
 
 
-def _remove(part: tuple[str, int] | None) -> None:
+def remove_part(part: tuple[str, int] | None) -> None:
     if part is not None:
         remove_staged(part[0])
 
@@ -346,7 +357,7 @@ def _bucketize(
     row_group_bytes = max(_MIN_BUCKET_ROW_GROUP_BYTES, limits.memory_limit_bytes // 8 // buckets)
     split: list[list[tuple[str, int] | None]] = []
     for side, path in (("d", data_path), ("e", delete_path)):
-        ctx = _join_session(limits, spill_dir)
+        ctx = join_session(limits, spill_dir)
         register_staged(ctx, "t", path)
         stagers: dict[int, StagedParquet] = {}
 
@@ -384,7 +395,7 @@ def _bucketize(
                 one.remove()
             for done in split:
                 for part in done:
-                    _remove(part)
+                    remove_part(part)
             raise
     return list(zip(split[0], split[1], strict=True))
 
@@ -432,7 +443,7 @@ def _stage_data(
         for batch in live(scanned, read_schema):
             if target_schema is None:
                 target_schema = pa.schema(list(batch.schema)[:width])
-            keys = {_key(i): column_of(batch, str(schema.find_column_name(i))) for i in current_keys}
+            keys = {key_column(i): column_of(batch, str(schema.find_column_name(i))) for i in current_keys}
             scope = _scope_columns(batch.num_rows, scanned.data_sequence_number, data_file.spec_id, part)
             stage.write(_with_scope(batch, {**keys, **scope}))
     return target_schema
@@ -462,7 +473,7 @@ def apply_equality_deletes(
     unpartitioned = {sid for sid, spec in metadata.specs().items() if spec.is_unpartitioned()}
     by_id = {f.field_id: f for f in key_fields}
     current_keys = [f.field_id for f in key_fields if f.field_id in set(schema.field_ids)]
-    kinds = _equality_kinds(files, unpartitioned)
+    kinds = equality_kinds(files, unpartitioned)
 
     # Beside the run's spill directory, not in it: the execution stats count that directory as spilled.
     data_stage = StagedParquet(f"{spill_dir}.eq-data")
@@ -476,13 +487,13 @@ def apply_equality_deletes(
         if not data_stage.close() or target_schema is None:
             return 0
         staged_rows = data_stage.rows
-        join_limits = _join_limits(limits, [data_stage, *(stage for stage, _i, _g in stages)])
+        pair_limits = join_limits(limits, [data_stage, *(stage for stage, _i, _g in stages)])
         passes = [(stage, ids, is_global) for stage, ids, is_global in stages if stage.close()]
         kept_rows = yield from _join_passes(
             (data_stage.path, data_stage.total_bytes),
             passes,
             stages,
-            _JoinContext(key_fields, width, target_schema, join_limits, limits.batch_size, spill_dir),
+            _JoinContext(key_fields, width, target_schema, pair_limits, limits.batch_size, spill_dir),
         )
         return staged_rows - kept_rows
     finally:
@@ -550,7 +561,7 @@ def _join_pass(
     stage, ids, is_global = deletes
     kept_rows = 0
     scan_limits = dataclasses.replace(join.join_limits, batch_size=join.scan_batch_size)
-    pairs = _bucket_pairs(
+    pairs = bucket_pairs(
         data,
         (stage.path, stage.total_bytes),
         ids,

@@ -13,8 +13,8 @@ from pyiceberg.types import LongType, NestedField, StringType
 from airflow_provider_iceberg_exec.engine.deletes import equality as deletes
 
 KEY_FIELDS = [
-    NestedField(1, deletes._key(1), LongType(), required=False),
-    NestedField(2, deletes._key(2), StringType(), required=False),
+    NestedField(1, deletes.key_column(1), LongType(), required=False),
+    NestedField(2, deletes.key_column(2), StringType(), required=False),
 ]
 
 
@@ -28,8 +28,8 @@ def _buckets(keys: pa.Table, buckets: int, level: int) -> list[int]:
 def _keys(n: int) -> pa.Table:
     return pa.table(
         {
-            deletes._key(1): pa.array([None if i % 97 == 0 else i for i in range(n)], pa.int64()),
-            deletes._key(2): pa.array([f"user-{i % 1000}" if i % 89 else None for i in range(n)]),
+            deletes.key_column(1): pa.array([None if i % 97 == 0 else i for i in range(n)], pa.int64()),
+            deletes.key_column(2): pa.array([f"user-{i % 1000}" if i % 89 else None for i in range(n)]),
         }
     )
 
