@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
-from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent, ManifestEntry, ManifestEntryStatus
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles
@@ -60,7 +60,9 @@ def _delete_files(table: Table) -> dict[str, list[Any]]:
 class _AddFilesAndDeletes(_FastAppendFiles):
     """Test-only: one snapshot adding data files and delete files, so both get the same sequence number."""
 
-    def __init__(self, table: Table, data_files: Sequence[DataFile], delete_files: Sequence[DataFile]) -> None:
+    def __init__(
+        self, table: Table, data_files: Sequence[DataFile], delete_files: Sequence[DataFile]
+    ) -> None:
         self._tx = table.transaction()
         super().__init__(Operation.OVERWRITE, self._tx, table.io)
         self._added_data_files = list(data_files)
@@ -106,7 +108,10 @@ def test_converts_partitioned_deletes_older_and_newer_than_data(catalog: Catalog
     # Deletes ids 0-9 in "a" and 100-104 in "b" (seq 3) ...
     commit_delete_files(
         table,
-        [write_equality_deletes(table, range(0, 10), "a"), write_equality_deletes(table, range(100, 105), "b")],
+        [
+            write_equality_deletes(table, range(10), "a"),
+            write_equality_deletes(table, range(100, 105), "b"),
+        ],
     )
     # ... then newer copies of ids 0-2 land in "a" (seq 4): the older delete must not reach them.
     table.append(rows(0, 3, "a"))
@@ -126,7 +131,8 @@ def test_converts_partitioned_deletes_older_and_newer_than_data(catalog: Catalog
     assert sorted(d["record_count"] for d in deletes["position"]) == [5, 10]
     assert live_checksum(table) == expected
     snapshot = table.current_snapshot()
-    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot is not None
+    assert snapshot.summary is not None
     assert snapshot.summary.operation == Operation.REPLACE
     assert snapshot.summary["removed-equality-deletes"] == "15"
     # Java's rule: each new file keeps the sequence number of the delete it replaces (3), not the commit's.
@@ -135,7 +141,8 @@ def test_converts_partitioned_deletes_older_and_newer_than_data(catalog: Catalog
     assert {e["sequence_number"] for e in added} == {3}
     # A retry with the same commit id reports the landed commit.
     again = convert_equality_deletes(table, limits=limits(tmp_path), commit_id="convert-1")
-    assert again["already_committed"] and again["snapshot_ids"] == result["snapshot_ids"]
+    assert again["already_committed"]
+    assert again["snapshot_ids"] == result["snapshot_ids"]
 
 
 def test_global_delete_in_partitioned_table_and_null_keys(catalog: Catalog, tmp_path) -> None:
@@ -146,11 +153,10 @@ def test_global_delete_in_partitioned_table_and_null_keys(catalog: Catalog, tmp_
     # A global equality delete (unpartitioned spec): it reaches both partitions; NULL matches NULL.
     table.update_spec().remove_field("category").commit()
     global_delete = write_equality_deletes(table, [None, 1], "a")  # type: ignore[list-item]
-    assert table.metadata.default_spec_id != 0 and global_delete.spec_id == table.metadata.default_spec_id
+    assert table.metadata.default_spec_id != 0
+    assert global_delete.spec_id == table.metadata.default_spec_id
     commit_delete_files(table, [global_delete])
-    expected = _checksum(
-        [{"id": 2, "category": "a"}, {"id": 3, "category": "a"}, {"id": 5, "category": "b"}]
-    )
+    expected = _checksum([{"id": 2, "category": "a"}, {"id": 3, "category": "a"}, {"id": 5, "category": "b"}])
 
     result = convert_equality_deletes(table, limits=limits(tmp_path))
 
@@ -166,7 +172,8 @@ def test_equal_sequence_numbers_do_not_delete(catalog: Catalog, tmp_path) -> Non
     table.append(rows(0, 10, "a"))
     # The data file and the delete share one snapshot: the delete reaches only the older file.
     _append_with_deletes(table, rows(0, 10, "a"), [write_equality_deletes(table, [1, 2], "a")])
-    expected = _checksum([r for r in rows(0, 10, "a").to_pylist() if r["id"] not in (1, 2)] + rows(0, 10, "a").to_pylist())
+    older = [r for r in rows(0, 10, "a").to_pylist() if r["id"] not in (1, 2)]
+    expected = _checksum(older + rows(0, 10, "a").to_pylist())
 
     result = convert_equality_deletes(table, limits=limits(tmp_path))
 
@@ -244,4 +251,5 @@ def test_bad_input(catalog: Catalog, tmp_path) -> None:
         convert_equality_deletes(table, options={"rewrite-all": "true"}, limits=limits(tmp_path))
     snapshot = table.current_snapshot()
     nothing = convert_equality_deletes(table, limits=limits(tmp_path))
-    assert nothing["snapshot_ids"] == [] and table.current_snapshot() == snapshot
+    assert nothing["snapshot_ids"] == []
+    assert table.current_snapshot() == snapshot
