@@ -434,6 +434,8 @@ class ConvertTask(TypedDict):
     options: dict[str, str]
     equality_delete_files: list[str]
     data_files: list[TaskFileJson]
+    #: equality deletes of the plan that apply to no data file (on the first task only)
+    dangling_equality_delete_files: NotRequired[list[str]]
 
 
 class ConvertPlan(TypedDict):
@@ -463,6 +465,7 @@ class ConvertTaskResult(TypedDict):
     #: file-scoped position delete files whose positions the new files carry (removed by the commit)
     merged_position_delete_files: list[str]
     added_delete_files: list[ContentFileJson]
+    dangling_equality_delete_files: list[str]
     matched_rows: int
     data_rows_read: int
     delete_rows_read: int

@@ -524,6 +524,8 @@ def check_convert_task(doc: Any) -> Mapping[str, Any]:
     reader = _Doc(doc, CONVERT_TASK)
     _check_convert_common(reader)
     reader.get("options", dict)
+    if "dangling_equality_delete_files" in reader.doc:
+        _check_paths(reader, "dangling_equality_delete_files")
     _check_task_entries(reader, "data_files")
     if not reader.doc["data_files"]:
         raise reader.error("data_files", "is empty; a task examines at least one data file")
@@ -559,8 +561,9 @@ def check_convert_task_result(doc: Any) -> Mapping[str, Any]:
     """
     reader = _Doc(doc, CONVERT_TASK_RESULT)
     _check_convert_common(reader)
-    _check_paths(reader, "data_files", non_empty=True)
+    _check_paths(reader, "data_files")
     _check_paths(reader, "merged_position_delete_files")
+    _check_paths(reader, "dangling_equality_delete_files")
     added = reader.files("added_delete_files", content="position-deletes")
     matched = reader.count("matched_rows")
     for key in ("data_rows_read", "delete_rows_read", "peak_rss_bytes", "spilled_bytes"):

@@ -20,7 +20,11 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 
-from airflow_provider_iceberg_exec.engine.errors import CommitValidationError, ConfigurationError
+from airflow_provider_iceberg_exec.engine.errors import (
+    CommitValidationError,
+    ConfigurationError,
+    DataFileCodecError,
+)
 from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
 from airflow_provider_iceberg_exec.engine.ops.convert import (
     commit_conversion,
@@ -253,3 +257,73 @@ def test_bad_input(catalog: Catalog, tmp_path) -> None:
     nothing = convert_equality_deletes(table, limits=limits(tmp_path))
     assert nothing["snapshot_ids"] == []
     assert table.current_snapshot() == snapshot
+
+
+def test_where_selects_deletes_by_partition_and_dangling_deletes_go(catalog: Catalog, tmp_path) -> None:
+    table = create_table(catalog, partition_name="category")
+    table.append(rows(0, 10, "a"))
+    table.append(rows(10, 10, "b"))
+    commit_delete_files(
+        table, [write_equality_deletes(table, [1], "a"), write_equality_deletes(table, [11], "b")]
+    )
+    # A delete in a partition without data applies to nothing: it is removed without a task.
+    commit_delete_files(table, [write_equality_deletes(table, [99], "c")])
+
+    only_c = convert_equality_deletes(table, where="category = 'c'", limits=limits(tmp_path))
+    assert only_c["converted_equality_delete_files_count"] == 1
+    assert only_c["added_position_delete_files_count"] == 0
+    assert len(_delete_files(table)["equality"]) == 2
+
+    only_a = convert_equality_deletes(table, where="category = 'a'", limits=limits(tmp_path))
+    assert only_a["converted_equality_delete_files_count"] == 1
+    assert [d["partition"] for d in _delete_files(table)["equality"]] == [{"category": "b"}]
+    assert [d["partition"] for d in _delete_files(table)["position"]] == [{"category": "a"}]
+
+
+def test_partition_granularity_writes_one_file_per_partition(catalog: Catalog, tmp_path) -> None:
+    table = create_table(catalog)
+    for start in range(0, 40, 10):
+        table.append(rows(start, 10, "a"))
+    commit_delete_files(table, [write_equality_deletes(table, [1, 12, 23, 34], "a")])
+    expected = _checksum([r for r in rows(0, 40, "a").to_pylist() if r["id"] not in (1, 12, 23, 34)])
+
+    result = convert_equality_deletes(
+        table, options={"delete-granularity": "partition"}, limits=limits(tmp_path)
+    )
+
+    assert result["added_position_delete_files_count"] == 1
+    assert live_checksum(table) == expected
+    (only,) = _delete_files(table)["position"]
+    assert only["record_count"] == 4
+
+
+def test_commit_trusts_no_result_about_what_is_safe(catalog: Catalog, tmp_path) -> None:
+    table = create_table(catalog)
+    table.append(rows(0, 10, "a"))
+    table.append(rows(10, 10, "a"))
+    commit_delete_files(table, [write_equality_deletes(table, [1, 11], "a")])
+    (task,) = plan_conversion(table)["tasks"]
+    state = _delete_files(table)
+
+    # A task that examined only one of the two data files the delete applies to: the delete must stay.
+    partial = dict(task, data_files=task["data_files"][:1])
+    (result,) = [convert_task(table, partial, limits(tmp_path))]
+    kept = commit_conversion(table, [result], commit_id="partial")
+    assert kept["converted_equality_delete_files_count"] == 0
+    assert kept["snapshot_ids"] == []
+    assert _delete_files(table) == state
+    for added in result["added_delete_files"]:  # never committed: removed
+        assert not table.io.new_input(added["file-path"]).exists()
+
+    # A result that claims a data file it did not examine, or a merged delete it did not fold in.
+    full = convert_task(table, task, limits(tmp_path))
+    lying = dict(full, data_files=full["data_files"][:1])
+    with pytest.raises(DataFileCodecError, match="no task examined"):
+        commit_conversion(table, [lying], commit_id="lying")
+    stray = dict(full, merged_position_delete_files=[state["equality"][0]["file_path"]])
+    with pytest.raises(DataFileCodecError, match="not a file-scoped delete"):
+        commit_conversion(table, [stray], commit_id="stray")
+    assert _delete_files(table) == state
+
+    done = commit_conversion(table, [full], commit_id="full")
+    assert done["converted_equality_delete_files_count"] == 1

@@ -28,9 +28,11 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import landed_snapsho
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions
 from airflow_provider_iceberg_exec.engine.contracts import (
     COMPACTION_RESULT,
+    CONVERT_TASK_RESULT,
     COW_RESULT,
     REWRITE_RESULT,
     CompactionResult,
+    ConvertResult,
     CowCommitResult,
 )
 from airflow_provider_iceberg_exec.engine.errors import (
@@ -64,6 +66,7 @@ log = logging.getLogger(__name__)
 COMMITTERS: dict[str, tuple[str, str]] = {
     REWRITE_RESULT: ("compaction", "commit_compaction"),
     COW_RESULT: ("cow", "commit_cow_rewrite"),
+    CONVERT_TASK_RESULT: ("convert", "commit_conversion"),
 }
 #: result schemas whose missing results ``partial-progress.enabled`` tolerates (compaction's; never a
 #: copy-on-write result: committing the other tasks' removals would be a partial delete)
@@ -317,7 +320,7 @@ def commit_results(
     planned: Sequence[Mapping[str, Any]] | None = None,
     quiet_period: QuietPeriod | None = None,
     discard_staged: bool = True,
-) -> CompactionResult | CowCommitResult:
+) -> CompactionResult | CowCommitResult | ConvertResult:
     """Commit the delivered results of one run, with the rules of the module docstring.
 
     .. code-block:: python
@@ -380,7 +383,9 @@ def commit_results(
         importlib.import_module(f"airflow_provider_iceberg_exec.engine.ops.{module}"), function
     )
     extra = {"failed_data_files_count": decision.failed_data_files_count} if decision.missing else {}
-    result: CompactionResult | CowCommitResult = committer(table, resolved, commit_id=commit_id, **extra)
+    result: CompactionResult | CowCommitResult | ConvertResult = committer(
+        table, resolved, commit_id=commit_id, **extra
+    )
     if cleanup:
         # The staged specs of failed groups too: no task will read them again.
         discard_payloads(table, cleanup)
@@ -398,7 +403,11 @@ def _abandon(
     if landed:
         log.warning("Commit %s already landed as snapshots %s: keeping every written file", commit_id, landed)
         return f"commit {commit_id} already landed as snapshots {landed}, so no file was deleted"
-    written = [uri for r in results for uri in uris_of(r.get("added_data_files") or [])]
+    written = [
+        uri
+        for r in results
+        for uri in uris_of([*(r.get("added_data_files") or []), *(r.get("added_delete_files") or [])])
+    ]
     report = delete_unreferenced(table, written, what=f"uncommitted output of {commit_id}")
     if staged:
         discard_payloads(table, staged)

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced
 from airflow_provider_iceberg_exec.engine.commit.snapshots import SequencedDelete, commit_delete_rewrite
 from airflow_provider_iceberg_exec.engine.commit.verification import verify_added_files
 from airflow_provider_iceberg_exec.engine.contracts import CONVERT_RESULT, ConvertResult
@@ -84,12 +85,12 @@ def commit_conversion(
     results: Sequence[Mapping[str, Any]],
     *,
     commit_id: str,
-    dangling_equality_delete_files: Sequence[str] = (),
 ) -> ConvertResult:
     """Commit conversion results (all of one plan) as one ``replace`` snapshot, idempotently.
 
-    :param dangling_equality_delete_files: equality deletes the plan found applying to no data file;
-        removed if that still holds at the planning snapshot.
+    Equality deletes the plan found applying to no data file (``dangling_equality_delete_files`` of a
+    result) are removed if that holds at the planning snapshot.
+
     :raises DataFileCodecError: for a bad result, or one that does not match the table.
     :raises CommitValidationError: when the table changed in a conflicting way since the plan (re-plan).
     :raises CommitConflictError: when the catalog kept rejecting the commit (retry later).
@@ -111,7 +112,8 @@ def commit_conversion(
     added = [_added_file(table, d, f) for d in docs for f in d["added_delete_files"]]
     verify_added_files(table, [f for f, _paths in added])
     named = _check_named(docs, base, added)
-    removed_eq, kept = _covered_deletes(docs, base, dangling_equality_delete_files)
+    dangling = {p for d in docs for p in d["dangling_equality_delete_files"]}
+    removed_eq, kept = _covered_deletes(docs, base, sorted(dangling))
     merged = _merged_deletes(table, docs, base, added, named)
     sequenced = [
         SequencedDelete(f, _sequence_number(paths, base, removed_eq | set(merged))) for f, paths in added
@@ -123,7 +125,9 @@ def commit_conversion(
     result["peak_rss_bytes"] = max(d["peak_rss_bytes"] for d in docs)
     result["spilled_bytes"] = max(d["spilled_bytes"] for d in docs)
     if not removed:
+        # Positions of deletes that stay would only duplicate them: the written files go.
         log.info("nothing to commit: no equality delete of %s was fully converted", name)
+        delete_unreferenced(table, [f.file_path for f, _ in added], what="positions of unconverted deletes")
         return result
     outcome = commit_delete_rewrite(
         table,

@@ -162,10 +162,11 @@ def plan_conversion(
                 data_files=[scanned_to_json(f, specs, schema) for f in group],
             )
         )
-    # Deletes that apply to no live data file are removed by the commit without a task.
-    plan["dangling_equality_delete_files"] = sorted(
-        set(chosen) - {p for t in plan["tasks"] for p in t["equality_delete_files"]}
-    )
+    # Deletes that apply to no live data file need no task; the first task carries them to the commit.
+    dangling = sorted(set(chosen) - {p for t in plan["tasks"] for p in t["equality_delete_files"]})
+    plan["dangling_equality_delete_files"] = dangling
+    if plan["tasks"]:
+        plan["tasks"][0]["dangling_equality_delete_files"] = dangling
     return plan
 
 

@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, uris_of
 from airflow_provider_iceberg_exec.engine.commit.snapshots import find_commit
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.contracts import ConvertResult, ConvertTaskResult
+from airflow_provider_iceberg_exec.engine.contracts import (
+    CONVERT_TASK_RESULT,
+    ConvertPlan,
+    ConvertResult,
+    ConvertTaskResult,
+)
 from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.ops.convert.commit import commit_conversion, empty_convert_result
@@ -78,17 +83,39 @@ def convert_equality_deletes(
                 len(task["data_files"]),
             )
             results.append(convert_task(table, task, limits))
-        if not results and not plan.get("dangling_equality_delete_files"):
-            return empty_convert_result(table_name(table))
-        return commit_conversion(
-            table,
-            results,
-            commit_id=commit_id,
-            dangling_equality_delete_files=plan.get("dangling_equality_delete_files", []),
-        )
+        dangling = plan.get("dangling_equality_delete_files", [])
+        if not results and dangling:
+            # Only deletes that apply to no data file: nothing to match, just remove them.
+            return _remove_dangling(table, plan, dangling, commit_id)
+        return commit_conversion(table, results, commit_id=commit_id)
     except CommitStateUnknownError:
         raise  # the files may be live now: never delete them
     except BaseException:
         written = [uri for done in results for uri in uris_of(done["added_delete_files"])]
         delete_unreferenced(table, written, what="output of a failed conversion")
         raise
+
+
+def _remove_dangling(table: Table, plan: ConvertPlan, dangling: list[str], commit_id: str) -> ConvertResult:
+    """Commit the removal of equality deletes that apply to no live data file (re-proven at the base)."""
+    base = plan["base_snapshot_id"]
+    assert base is not None  # a plan with deletes has a snapshot
+    empty = ConvertTaskResult(
+        schema=CONVERT_TASK_RESULT,
+        table=plan["table"],
+        branch=plan["branch"],
+        base_snapshot_id=base,
+        task_id="convert-dangling",
+        equality_delete_files=dangling,
+        data_files=[],
+        merged_position_delete_files=[],
+        added_delete_files=[],
+        dangling_equality_delete_files=dangling,
+        matched_rows=0,
+        data_rows_read=0,
+        delete_rows_read=0,
+        peak_rss_bytes=0,
+        spilled_bytes=0,
+        elapsed_seconds=0.0,
+    )
+    return commit_conversion(table, [empty], commit_id=commit_id)

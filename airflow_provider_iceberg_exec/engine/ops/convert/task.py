@@ -124,6 +124,7 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
         data_files=[f.data_file.file_path for f in files],
         merged_position_delete_files=sorted(merged),
         added_delete_files=[data_file_to_json(f, specs[f.spec_id], schema) for f in added],
+        dangling_equality_delete_files=list(task.get("dangling_equality_delete_files", [])),
         matched_rows=stats.matched_rows,
         data_rows_read=stats.data_rows_read,
         delete_rows_read=stats.delete_rows_read,
