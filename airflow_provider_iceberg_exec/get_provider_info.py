@@ -43,6 +43,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_iceberg_exec.operators.compaction",
                     "airflow_provider_iceberg_exec.operators.commit",
+                    "airflow_provider_iceberg_exec.operators.convert",
                     "airflow_provider_iceberg_exec.operators.cow",
                     "airflow_provider_iceberg_exec.operators.maintenance",
                     "airflow_provider_iceberg_exec.operators.resolve",

@@ -34,24 +34,24 @@ from airflow_provider_iceberg_exec.operators._common import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_iceberg_exec.engine.contracts import CompactionResult, CowCommitResult
+    from airflow_provider_iceberg_exec.engine.contracts import (
+        CompactionResult,
+        ConvertResult,
+        CowCommitResult,
+    )
     from airflow_provider_iceberg_exec.engine.ops.results import QuietPeriod
 
 __all__ = ["CommitOperator", "emit_table_asset", "log_commit_result"]
 
 
 def log_commit_result(operator: BaseOperator, result: Mapping[str, Any]) -> None:
-    """Log a commit result in one line."""
+    """Log a commit result in one line: its counts (whatever the operation), snapshots and resources."""
+    counts = ", ".join(f"{key} {value}" for key, value in result.items() if key.endswith("_count"))
     operator.log.info(
-        "%s %s: %s data files (%s bytes) rewritten into %s; %s failed; %s delete files removed; "
-        "snapshots %s; peak RSS %s bytes, spilled %s bytes",
+        "%s %s: %s; snapshots %s; peak RSS %s bytes, spilled %s bytes",
         "Already committed" if result.get("already_committed") else "Committed",
         result.get("table"),
-        result.get("rewritten_data_files_count"),
-        result.get("rewritten_bytes_count"),
-        result.get("added_data_files_count"),
-        result.get("failed_data_files_count"),
-        result.get("removed_delete_files_count"),
+        counts,
         result.get("snapshot_ids"),
         result.get("peak_rss_bytes"),
         result.get("spilled_bytes"),
@@ -201,7 +201,7 @@ class CommitOperator(BaseOperator):
         """The catalog hook, built after the templates are rendered."""
         return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
-    def execute(self, context: Context) -> CompactionResult | CowCommitResult:
+    def execute(self, context: Context) -> CompactionResult | CowCommitResult | ConvertResult:
         """Commit the results (the engine's :func:`~.engine.ops.results.commit_results`); return its JSON."""
         from airflow_provider_iceberg_exec.engine.ops.results import commit_results, results_table
 
