@@ -464,6 +464,62 @@ def _cow_commands(commands: Any, limits: Any) -> None:
         command.set_defaults(run=_cmd_cow)
 
 
+def _convert_summary(result: Mapping[str, Any]) -> str:
+    keys = (
+        "converted_equality_delete_files_count",
+        "added_position_delete_files_count",
+        "removed_position_delete_files_count",
+        "matched_rows_count",
+        "added_bytes_count",
+    )
+    lines = [f"{k}: {result[k]}" for k in keys]
+    if result["kept_equality_delete_files"]:
+        lines.append(f"kept_equality_delete_files: {len(result['kept_equality_delete_files'])}")
+    lines.append(
+        f"snapshot_ids: {result['snapshot_ids']}"
+        + (" (already committed)" if result["already_committed"] else "")
+    )
+    lines.append(f"peak_rss_bytes: {result['peak_rss_bytes']}  spilled_bytes: {result['spilled_bytes']}")
+    return "\n".join(lines)
+
+
+def _cmd_convert_equality_deletes(args: argparse.Namespace, out: IO[str]) -> None:
+    from airflow_provider_iceberg_exec.engine.ops.convert import convert_equality_deletes
+
+    result = convert_equality_deletes(
+        _table(args),
+        where=args.where,
+        options=_options(args.option),
+        branch=args.branch,
+        limits=_limits(args),
+        commit_id=args.commit_id,
+    )
+    out.write(
+        (json.dumps(result, indent=2, sort_keys=True) if args.json else _convert_summary(result)) + "\n"
+    )
+
+
+def _delete_file_commands(commands: Any, limits: Any) -> None:
+    convert = commands.add_parser(
+        "convert-equality-deletes",
+        help="turn equality deletes into position deletes, rewriting no data file (replace commit)",
+    )
+    convert.add_argument("table", help="NAMESPACE.TABLE")
+    convert.add_argument("--where", help="PyIceberg filter: equality deletes of matching partitions")
+    convert.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="target-file-size-bytes or delete-granularity (file or partition), repeatable",
+    )
+    convert.add_argument("--branch", default="main")
+    limits(convert)
+    convert.add_argument("--commit-id", help="idempotency key of the commit (default: random)")
+    convert.add_argument("--json", action="store_true", help="print the result document")
+    convert.set_defaults(run=_cmd_convert_equality_deletes)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="iceberg-exec", description="Bounded-memory Iceberg table maintenance."
@@ -548,6 +604,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _maintenance_commands(commands, limits)
     _cow_commands(commands, limits)
+    _delete_file_commands(commands, limits)
     return parser
 
 
