@@ -115,13 +115,18 @@ def plan_conversion(
 
     :returns: ``iceberg-exec/convert-plan@1``; its ``tasks`` are the inputs of :func:`.task.convert_task`.
         No task when there is nothing to convert.
-    :raises ConfigurationError: for a v1 table, a bad filter, bad options or an unknown branch.
+    :raises ConfigurationError: for a v1 or v3 table, a bad filter, bad options or an unknown branch.
     """
     refresh_table(table)
     metadata = table.metadata
     name = table_name(table)
     if metadata.format_version < 2:
         raise ConfigurationError(f"{name} is a format-version 1 table: it has no delete files to convert")
+    if metadata.format_version > 2:
+        raise ConfigurationError(
+            f"cannot convert the deletes of {name}: format version {metadata.format_version} tables need "
+            "deletion vectors, which this version does not write; table left unchanged"
+        )
     resolved = ConvertOptions.from_options(options, metadata.properties)
     row_filter = parse_where(where, metadata.schema())
     check_branch(metadata, branch, name)
