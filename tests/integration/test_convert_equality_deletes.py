@@ -327,3 +327,29 @@ def test_commit_trusts_no_result_about_what_is_safe(catalog: Catalog, tmp_path) 
 
     done = commit_conversion(table, [full], commit_id="full")
     assert done["converted_equality_delete_files_count"] == 1
+
+
+def test_keys_larger_than_memory_spill_and_match_exactly(catalog: Catalog, tmp_path) -> None:
+    """300k delete keys of ~200 bytes (about 60 MB) under a 32 MiB limit: the narrow join spills (and is
+    split into hash buckets) yet matches exactly the rows the model deletes."""
+    from airflow_provider_iceberg_exec.engine.config import MIN_MEMORY_LIMIT_BYTES, ResourceLimits
+    from tests.integration.test_deletes import _commit_deletes, _create, _equality_deletes
+
+    table = _create(catalog)
+    n = 300_000
+    pad = "x" * 190
+    names = [f"{pad}{i:09d}" for i in range(n)]
+    table.append(pa.table({"id": pa.array(range(n), pa.int64()), "category": ["a"] * n, "name": names}))
+    deleted = [f"{pad}{i:09d}" for i in range(0, n, 2)] + [f"{pad}missing{i}" for i in range(n // 2)]
+    _commit_deletes(table, [_equality_deletes(table, {"name": (3, pa.string(), deleted)}, spec_id=0)])
+    tight = ResourceLimits(memory_limit_bytes=MIN_MEMORY_LIMIT_BYTES, spill_dir=str(tmp_path / "spill"))
+
+    (task,) = plan_conversion(table)["tasks"]
+    result = convert_task(table, task, tight)
+    assert result["spilled_bytes"] > 0, result
+    assert result["matched_rows"] == n // 2
+    assert result["data_rows_read"] == n
+    done = commit_conversion(table, [result], commit_id="big")
+
+    assert done["converted_equality_delete_files_count"] == 1
+    assert sorted(table.refresh().scan().to_arrow().column("id").to_pylist()) == list(range(1, n, 2))
