@@ -6,7 +6,8 @@ module streams each data file and turns its deletes into the rows to keep:
 - the positions its deletion vector (:mod:`.vectors`) or position delete files (:mod:`.positions`)
   delete are dropped by their running position while the data file streams
   (:func:`read.iter_data_file_batches` reads in file order);
-- the rows of files with equality deletes then go through the bounded anti-join of :mod:`.equality`.
+- the positions equality deletes match come from the narrow, bounded join of :mod:`.matches` (key
+  columns only) and are dropped the same way.
 """
 
 from __future__ import annotations
@@ -16,11 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.deletes.equality import (
-    apply_equality_deletes,
-    equality_key_fields,
-    has_equality_deletes,
-)
+from airflow_provider_iceberg_exec.engine.deletes.matches import equality_matches
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
 from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
@@ -58,58 +55,74 @@ def iter_live_group_batches(
     spill_dir: str,
     stats: DeleteStats,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream the live rows of ``files`` in the table schema: every applying delete file applied.
+    """Stream the live rows of ``files`` in the table schema, in file order: every applying delete applied.
 
-    Files without equality deletes stream straight through (position deletes dropped by running
-    position). The rows of files with equality deletes are staged and anti-joined in DataFusion under a
-    quarter of the memory limit, spilling to ``spill_dir``; they come after the others.
+    Each data file streams once, its deleted positions dropped by running position: those of its
+    deletion vector or position delete files, and, where equality deletes apply, the positions they
+    match, found first by the narrow join of :mod:`.matches` (key columns only, spilling under a quarter
+    of the memory limit to ``spill_dir``) and taken one data file at a time, in file order.
 
     :param files: the data files with the delete files that apply to each (from the scan or the task).
     :param stats: filled in while the stream is consumed.
     :raises DataFileReadError: when a data or delete file is missing or malformed.
     :raises ConfigurationError: for an equality delete on a field found in no schema, or a nested field.
     """
-    from pyiceberg.schema import Schema
+    from pyiceberg.manifest import DataFileContent
 
     schema = metadata.schema()
     specs = metadata.specs()
     name_mapping = metadata.name_mapping()
-    with_equality = [f for f in files if has_equality_deletes(f)]
-    key_fields = equality_key_fields(metadata, with_equality) if with_equality else []
-    current_ids = set(schema.field_ids)
-    dropped = [f for f in key_fields if f.field_id not in current_ids]
-    read_schema = Schema(*schema.fields, *dropped, schema_id=schema.schema_id) if dropped else schema
-    width = len(schema.fields)
-
-    def live(scanned: ScannedFile, as_schema: Schema) -> Iterator[pa.RecordBatch]:
+    equality = {
+        d.data_file.file_path: d
+        for f in files
+        for d in f.delete_files
+        if d.data_file.content == DataFileContent.EQUALITY_DELETES
+    }
+    matches = _Matches(
+        equality_matches(io, metadata, files, list(equality.values()), limits=limits, spill_dir=spill_dir)
+        if equality
+        else iter(())
+    )
+    for ordinal, scanned in enumerate(files):
         data_file = scanned.data_file
         batches = iter_data_file_batches(
             io,
             data_file,
-            table_schema=as_schema,
+            table_schema=schema,
             spec=specs[data_file.spec_id],
             name_mapping=name_mapping,
             format_version=metadata.format_version,
             batch_size=read_batch_rows(data_file, limits.batch_size),
         )
-        return _drop_positions(batches, deleted_positions(io, scanned), stats)
+        yield from _drop_positions(batches, deleted_positions(io, scanned), matches.of(ordinal), stats)
 
-    equality_paths = {f.data_file.file_path for f in with_equality}
-    for scanned in files:
-        if scanned.data_file.file_path not in equality_paths:
-            yield from live(scanned, schema)
-    if not with_equality:
-        return
-    deleted = yield from apply_equality_deletes(
-        io, metadata, with_equality, key_fields, read_schema, width, live, limits, spill_dir
-    )
-    stats.equality_deleted += deleted
+
+class _Matches:
+    """The equality matches of a group, taken data file by data file (they come in ordinal order)."""
+
+    def __init__(self, chunks: Iterator[tuple[int, npt.NDArray[np.int64]]]) -> None:
+        self._chunks = chunks
+        self._next: tuple[int, npt.NDArray[np.int64]] | None = next(chunks, None)
+
+    def of(self, ordinal: int) -> npt.NDArray[np.int64]:
+        """The sorted positions equality deletes match in data file ``ordinal`` (none position-deleted)."""
+        import numpy as np
+
+        parts = []
+        while self._next is not None and self._next[0] == ordinal:
+            parts.append(self._next[1])
+            self._next = next(self._chunks, None)
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
 def _drop_positions(
-    batches: Iterator[pa.RecordBatch], positions: npt.NDArray[np.int64], stats: DeleteStats
+    batches: Iterator[pa.RecordBatch],
+    positions: npt.NDArray[np.int64],
+    matched: npt.NDArray[np.int64],
+    stats: DeleteStats,
 ) -> Iterator[pa.RecordBatch]:
-    """Drop the rows at ``positions`` (sorted) from a data file's batches, read in file order."""
+    """Drop the rows at ``positions`` (position deletes) and ``matched`` (equality deletes; both sorted,
+    disjoint) from a data file's batches, read in file order."""
     import numpy as np
     import pyarrow as pa
 
@@ -118,12 +131,15 @@ def _drop_positions(
         n = batch.num_rows
         stats.rows_read += n
         lo, hi = np.searchsorted(positions, [start, start + n])
-        if lo == hi:
+        mlo, mhi = np.searchsorted(matched, [start, start + n])
+        if lo == hi and mlo == mhi:
             yield batch
         else:
             keep = np.ones(n, dtype=bool)
             keep[positions[lo:hi] - start] = False
+            keep[matched[mlo:mhi] - start] = False
             stats.position_deleted += int(hi - lo)
+            stats.equality_deleted += int(mhi - mlo)
             kept = batch.filter(pa.array(keep))
             if kept.num_rows:
                 yield kept
