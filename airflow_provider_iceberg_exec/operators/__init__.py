@@ -1,7 +1,7 @@
 """Operators of the iceberg-exec provider.
 
 Import the operators from their modules (``airflow_provider_iceberg_exec.operators.compaction``,
-``.commit``, ``.cow``, ``.resolve``, ``.maintenance``); :func:`table_asset` builds a table's asset for
+``.commit``, ``.cow``, ``.resolve``, ``.maintenance``, ``.manifests``); :func:`table_asset` builds a table's asset for
 scheduling downstream DAGs.
 """
 
