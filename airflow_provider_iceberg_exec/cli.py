@@ -486,7 +486,8 @@ def _cmd_rewrite_manifests(args: argparse.Namespace, out: IO[str]) -> None:
         "kept_manifests_count",
         "rewritten_entries_count",
     )
-    lines = [f"{k}: {result[k]}" for k in keys]
+    counts: Mapping[str, Any] = result
+    lines = [f"{k}: {counts[k]}" for k in keys]
     if result["snapshot_ids"]:
         lines.append(
             f"snapshot_ids: {result['snapshot_ids']}"

@@ -46,7 +46,8 @@ def test_a_different_active_file_count_fails_with_java_s_message() -> None:
     rewrite = ManifestRewrite(replaced=head, created=[_manifest("new", existing=3)], entries=3)
     with pytest.raises(
         ValidationException,
-        match=r"Replaced and created manifests must have the same number of active files: 3 \(new\), 4 \(old\)",
+        match=r"Replaced and created manifests must have the same number of active files: "
+        r"3 \(new\), 4 \(old\)",
     ):
         validate_manifest_rewrite(9, head, rewrite)
 
