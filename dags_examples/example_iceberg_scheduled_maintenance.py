@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta
-
 from typing import Any
 
 from airflow.sdk import DAG, Param, task
@@ -47,6 +46,7 @@ def choose(health: dict[str, Any]) -> list[str]:
     manifests = [reason for reason in reasons if SMALL_MANIFESTS_REASON in reason]
     chosen = ["compaction.plan"] if len(manifests) < len(reasons) else []
     return [*chosen, "rewrite_manifests"] if manifests else chosen
+
 
 with DAG(
     dag_id="iceberg_exec_scheduled_maintenance",

@@ -25,6 +25,10 @@ table's ``commit.retry.*`` properties (exponential backoff), refreshes the table
 ``_commit`` again. On ``CommitFailedException`` and ``ValidationException`` it deletes the manifests we
 wrote; after an unknown outcome it deletes nothing.
 
+:class:`ManifestsProducer` (Java's ``RewriteManifests``) uses the same hooks, plans each attempt with
+:func:`~.manifest_attempt.prepare_manifests_attempt`, and appends the ``optimized-m-<uuid>.avro``
+manifests it names itself to ``_written_manifests``, so that PyIceberg's cleanup deletes them too.
+
 tests/unit/engine/test_pyiceberg_private_api.py checks every one of these names against the installed
 PyIceberg, and that no other engine module but :mod:`~.io.pyiceberg_internals` uses a private one.
 """
