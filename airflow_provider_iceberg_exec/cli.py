@@ -520,6 +520,65 @@ def _delete_file_commands(commands: Any, limits: Any) -> None:
     convert.set_defaults(run=_cmd_convert_equality_deletes)
 
 
+def _cmd_rewrite_manifests(args: argparse.Namespace, out: IO[str]) -> None:
+    from airflow_provider_iceberg_exec.engine.config import parse_byte_size
+    from airflow_provider_iceberg_exec.engine.ops.manifests import rewrite_manifests
+
+    sort_by = [name.strip() for text in args.sort_by for name in text.split(",") if name.strip()]
+    result = rewrite_manifests(
+        _table(args),
+        spec_id=args.spec_id,
+        sort_by=sort_by or None,
+        target_size_bytes=parse_byte_size(args.target_size) if args.target_size else None,
+        commit_id=args.commit_id,
+        branch=args.branch,
+    )
+    if args.json:
+        out.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        return
+    keys = (
+        "rewritten_manifests_count",
+        "added_manifests_count",
+        "kept_manifests_count",
+        "rewritten_entries_count",
+    )
+    counts: Mapping[str, Any] = result
+    lines = [f"{k}: {counts[k]}" for k in keys]
+    if result["snapshot_ids"]:
+        lines.append(
+            f"snapshot_ids: {result['snapshot_ids']}"
+            + (" (already committed)" if result["already_committed"] else "")
+        )
+    else:
+        lines.append(f"snapshot_ids: [] (nothing to rewrite in spec {result['spec_id']})")
+    out.write("\n".join(lines) + "\n")
+
+
+def _manifest_commands(commands: Any) -> None:
+    """``rewrite-manifests``: Spark's ``rewrite_manifests``."""
+    rewrite = commands.add_parser(
+        "rewrite-manifests",
+        help="rewrite the manifests of a spec into fewer, partition-clustered ones (replace, no data change)",
+    )
+    rewrite.add_argument("table", help="NAMESPACE.TABLE")
+    rewrite.add_argument("--spec-id", type=int, help="the partition spec to rewrite (default: the current)")
+    rewrite.add_argument(
+        "--sort-by",
+        action="append",
+        default=[],
+        metavar="FIELD[,FIELD]",
+        help="partition fields to cluster by, in order (default: all of the spec's); repeatable",
+    )
+    rewrite.add_argument(
+        "--target-size",
+        help="manifest size aimed at, e.g. 8MiB (default: commit.manifest.target-size-bytes, 8MiB)",
+    )
+    rewrite.add_argument("--branch", default="main")
+    rewrite.add_argument("--commit-id", help="idempotency key of the commit (default: random)")
+    rewrite.add_argument("--json", action="store_true", help="print the result document")
+    rewrite.set_defaults(run=_cmd_rewrite_manifests)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="iceberg-exec", description="Bounded-memory Iceberg table maintenance."
@@ -605,6 +664,7 @@ def _parser() -> argparse.ArgumentParser:
     _maintenance_commands(commands, limits)
     _cow_commands(commands, limits)
     _delete_file_commands(commands, limits)
+    _manifest_commands(commands)
     return parser
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "EXPIRE_SNAPSHOTS_RESULT",
     "ORPHAN_DELETE_RESULT",
     "ORPHAN_SCAN_RESULT",
+    "REWRITE_MANIFESTS_RESULT",
     "REWRITE_RESULT",
     "REWRITE_TASK",
     "CommitRecord",
@@ -47,6 +48,7 @@ __all__ = [
     "OrphanRemoveResult",
     "OrphanScanResult",
     "PlanSummary",
+    "RewriteManifestsResult",
     "RewriteResult",
     "RewriteTask",
     "SkippedFile",
@@ -70,6 +72,8 @@ ORPHAN_SCAN_RESULT = "iceberg-exec/orphan-scan-result@1"
 ORPHAN_DELETE_RESULT = "iceberg-exec/orphan-delete-result@1"
 #: snapshot expiry with file cleanup (:mod:`.expire`)
 EXPIRE_SNAPSHOTS_RESULT = "iceberg-exec/expire-snapshots-result@1"
+#: manifest rewrite (:mod:`.manifests`)
+REWRITE_MANIFESTS_RESULT = "iceberg-exec/rewrite-manifests-result@1"
 
 
 def envelope(schema: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -489,3 +493,28 @@ class ConvertResult(TypedDict):
     already_committed: bool
     peak_rss_bytes: int
     spilled_bytes: int
+
+
+class RewriteManifestsResult(TypedDict):
+    """``iceberg-exec/rewrite-manifests-result@1``: Spark's ``rewrite_manifests`` columns and the commit.
+
+    All counts are 0 and ``snapshot_ids`` empty when there was nothing to rewrite.
+    """
+
+    schema: str
+    table: str
+    branch: str
+    spec_id: int
+    #: the partition fields clustered by; empty for all of the spec's, in order
+    sort_by: list[str]
+    target_size_bytes: int
+    #: Spark's result columns
+    rewritten_manifests_count: int
+    added_manifests_count: int
+    #: manifests of the head carried as they are (other specs, content left alone)
+    kept_manifests_count: int
+    #: live entries rewritten (the summary's ``entries-processed``)
+    rewritten_entries_count: int
+    snapshot_ids: list[int]
+    commit_id: str
+    already_committed: bool

@@ -1,4 +1,4 @@
-"""Wait until compaction of an Iceberg table is worth running."""
+"""Wait until maintenance of an Iceberg table (compaction, a manifest rewrite) is worth running."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def _optional_int(value: Any) -> int | None:
 
 
 class IcebergTableHealthSensor(IcebergSensorBase):
-    """Wait until a table needs compaction: small files, delete files or files per partition over limits.
+    """Wait until a table needs compaction: small files, delete files or files per partition over limits;
+    or a manifest rewrite: many small data manifests (``min_small_manifests``).
 
     Reads only manifests (metadata). Any threshold reached satisfies it; ``None`` disables a threshold.
     Returns (XCom) the metrics and the reasons. Use ``soft_fail=True`` with a ``timeout`` to skip the
@@ -38,6 +39,9 @@ class IcebergTableHealthSensor(IcebergSensorBase):
     :param min_delete_files: delete files at which it is worth it (templated).
     :param max_files_per_partition: more data files than this in one partition makes it worth it
         (templated).
+    :param min_small_manifests: small data manifests (below 75% of ``commit.manifest.target-size-bytes``)
+        at which a manifest rewrite is worth it; the reason then names "small data manifests"; counted from
+        the manifest list alone (templated).
     :param small_file_size_bytes: a data file below this size is small; default 75% of the table's
         ``write.target-file-size-bytes`` (templated).
     :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
@@ -51,6 +55,7 @@ class IcebergTableHealthSensor(IcebergSensorBase):
         "min_small_file_bytes",
         "min_delete_files",
         "max_files_per_partition",
+        "min_small_manifests",
         "small_file_size_bytes",
         "iceberg_exec_conn_id",
     )
@@ -64,6 +69,7 @@ class IcebergTableHealthSensor(IcebergSensorBase):
         min_small_file_bytes: int | str | None = None,
         min_delete_files: int | str | None = None,
         max_files_per_partition: int | str | None = None,
+        min_small_manifests: int | str | None = None,
         small_file_size_bytes: int | str | None = None,
         iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -76,6 +82,7 @@ class IcebergTableHealthSensor(IcebergSensorBase):
         self.min_small_file_bytes = min_small_file_bytes
         self.min_delete_files = min_delete_files
         self.max_files_per_partition = max_files_per_partition
+        self.min_small_manifests = min_small_manifests
         self.small_file_size_bytes = small_file_size_bytes
         self.iceberg_exec_conn_id = iceberg_exec_conn_id
         self.deferrable = deferrable
@@ -86,10 +93,11 @@ class IcebergTableHealthSensor(IcebergSensorBase):
             "min_small_file_bytes": _optional_int(self.min_small_file_bytes),
             "min_delete_files": _optional_int(self.min_delete_files),
             "max_files_per_partition": _optional_int(self.max_files_per_partition),
+            "min_small_manifests": _optional_int(self.min_small_manifests),
         }
 
     def check(self, table: Table) -> dict[str, Any] | None:
-        """The metrics and reasons when compaction is worth running, else ``None`` (logged)."""
+        """The metrics and reasons when maintenance is worth running, else ``None`` (logged)."""
         from airflow_provider_iceberg_exec.triggers.health import health_reasons, table_health
 
         metrics = table_health(
@@ -99,7 +107,7 @@ class IcebergTableHealthSensor(IcebergSensorBase):
         if not reasons:
             self.log.info("Table %s healthy for now: %s", self.table, metrics)
             return None
-        self.log.info("Compaction worth running on %s: %s", self.table, "; ".join(reasons))
+        self.log.info("Maintenance worth running on %s: %s", self.table, "; ".join(reasons))
         return {**metrics, "reasons": reasons}
 
     def trigger(self) -> IcebergTableHealthTrigger:

@@ -1,10 +1,14 @@
-"""Wait until compaction is worth running: the table-health metrics, the verdict, and the trigger."""
+"""Wait until maintenance is worth running: the table-health metrics, the verdict, and the trigger.
+
+The metrics say when compaction is worth it (small files, delete files, files per partition) and when a
+manifest rewrite is (many small data manifests, read from the head's manifest list alone).
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -12,12 +16,25 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_iceberg_exec.triggers.snapshot import catalog_poller, validate_table_name
 
 if TYPE_CHECKING:
+    from pyiceberg.manifest import ManifestFile
     from pyiceberg.table import Table
 
-__all__ = ["DEFAULT_THRESHOLDS", "IcebergTableHealthTrigger", "health_reasons", "table_health"]
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "SMALL_MANIFESTS_REASON",
+    "IcebergTableHealthTrigger",
+    "health_reasons",
+    "manifest_health",
+    "table_health",
+]
 
 _DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
 _TARGET_FILE_SIZE_PROPERTY = "write.target-file-size-bytes"
+_DEFAULT_MANIFEST_TARGET_SIZE = 8 * 1024 * 1024
+_MANIFEST_TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
+
+#: the reason :func:`health_reasons` gives for many small manifests starts with this (after the count)
+SMALL_MANIFESTS_REASON = "small data manifests"
 
 #: the thresholds a health check uses unless told otherwise (``None`` disables one)
 DEFAULT_THRESHOLDS: dict[str, int | None] = {
@@ -25,6 +42,7 @@ DEFAULT_THRESHOLDS: dict[str, int | None] = {
     "min_small_file_bytes": None,
     "min_delete_files": None,
     "max_files_per_partition": None,
+    "min_small_manifests": None,
 }
 
 
@@ -38,7 +56,8 @@ def table_health(
     :param small_file_size_bytes: a data file below this is small; default 75% of the table's
         ``write.target-file-size-bytes`` (Spark's ``min-file-size-bytes`` default).
     :returns: ``{"table", "branch", "snapshot_id", "small_file_size_bytes", "data_files", "data_bytes",
-        "small_files", "small_file_bytes", "delete_files", "partitions", "max_files_per_partition"}``.
+        "small_files", "small_file_bytes", "delete_files", "partitions", "max_files_per_partition"}`` and
+        the keys of :func:`manifest_health`.
     """
     from pyiceberg.manifest import DataFileContent
 
@@ -59,10 +78,12 @@ def table_health(
         "partitions": 0,
         "max_files_per_partition": 0,
     }
+    manifests = head.manifests(table.io) if head is not None else []
+    metrics.update(manifest_health(table, manifests))
     if head is None:
         return metrics
     per_partition: Counter[tuple[int, str]] = Counter()
-    for manifest in head.manifests(table.io):
+    for manifest in manifests:
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
             data_file = entry.data_file
             if data_file.content != DataFileContent.DATA:
@@ -80,11 +101,38 @@ def table_health(
     return metrics
 
 
+def manifest_health(
+    table: Table, manifests: Sequence[ManifestFile], *, small_manifest_size_bytes: int | None = None
+) -> dict[str, Any]:
+    """Count the head's data manifests and the small ones, from its manifest list alone (no manifest read).
+
+    :param table: the table (for ``commit.manifest.target-size-bytes``).
+    :param manifests: the manifest-list entries of the head.
+    :param small_manifest_size_bytes: a data manifest below this is small; default 75% of the table's
+        ``commit.manifest.target-size-bytes`` (8 MiB), the size a manifest rewrite aims at.
+    :returns: ``{"small_manifest_size_bytes", "data_manifests", "small_manifests", "data_manifest_bytes"}``.
+    """
+    from pyiceberg.manifest import ManifestContent
+
+    if small_manifest_size_bytes is None:
+        target = int(table.properties.get(_MANIFEST_TARGET_SIZE_PROPERTY, _DEFAULT_MANIFEST_TARGET_SIZE))
+        small_manifest_size_bytes = int(target * 0.75)
+    data = [m for m in manifests if m.content == ManifestContent.DATA]
+    return {
+        "small_manifest_size_bytes": small_manifest_size_bytes,
+        "data_manifests": len(data),
+        "small_manifests": sum(1 for m in data if int(m.manifest_length) < small_manifest_size_bytes),
+        "data_manifest_bytes": sum(int(m.manifest_length) for m in data),
+    }
+
+
 def health_reasons(metrics: Mapping[str, Any], thresholds: Mapping[str, int | None]) -> list[str]:
-    """Why compaction is worth running, one reason per threshold reached; empty when none is.
+    """Why maintenance is worth running, one reason per threshold reached; empty when none is.
 
     >>> health_reasons({"small_files": 12, "delete_files": 0}, {"min_small_files": 10})
     ['12 small files >= 10']
+    >>> health_reasons({"small_manifests": 40}, {"min_small_manifests": 25})
+    ['40 small data manifests >= 25']
     >>> health_reasons({"small_files": 3}, {"min_small_files": 10, "min_delete_files": None})
     []
     """
@@ -92,6 +140,7 @@ def health_reasons(metrics: Mapping[str, Any], thresholds: Mapping[str, int | No
         ("min_small_files", "small_files", "{value} small files >= {limit}"),
         ("min_small_file_bytes", "small_file_bytes", "{value} bytes in small files >= {limit}"),
         ("min_delete_files", "delete_files", "{value} delete files >= {limit}"),
+        ("min_small_manifests", "small_manifests", "{value} " + SMALL_MANIFESTS_REASON + " >= {limit}"),
     )
     reasons = [
         text.format(value=metrics.get(key, 0), limit=thresholds[name])
@@ -125,7 +174,7 @@ class IcebergTableHealthTrigger(BaseTrigger):
     :param table: ``"namespace.table"``.
     :param branch: the branch.
     :param thresholds: ``min_small_files``, ``min_small_file_bytes``, ``min_delete_files``,
-        ``max_files_per_partition`` (``None`` disables one).
+        ``max_files_per_partition``, ``min_small_manifests`` (``None`` disables one).
     :param small_file_size_bytes: see :func:`table_health`.
     :param iceberg_exec_conn_id: the ``iceberg_exec`` connection.
     :param poke_interval: seconds between polls.
@@ -191,7 +240,7 @@ class IcebergTableHealthTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "error", "table": self.table, "message": one_line(err)})
                 return
             if found is not None:
-                self.log.info("Compaction worth running on %s: %s", self.table, "; ".join(found["reasons"]))
+                self.log.info("Maintenance worth running on %s: %s", self.table, "; ".join(found["reasons"]))
                 yield TriggerEvent({"status": "success", **found})
                 return
             await asyncio.sleep(self.poke_interval)

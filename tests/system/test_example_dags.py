@@ -131,7 +131,31 @@ def test_scheduled_maintenance_dag_senses_then_compacts(airflow_db, demo_table):
     assert str(run.state) == "success", states
     assert states["health[-1]"] == "success"
     assert states["compaction.commit[-1]"] == "success"
+    # twelve appends left twelve small manifests: the branch also chose the manifest rewrite
+    assert states["rewrite_manifests[-1]"] == "success"
+    assert states["expire_snapshots[-1]"] == "success"
     assert demo_table.refresh().current_snapshot().summary.operation.value == "replace"
+    assert live_checksum(demo_table) == before_rows
+
+
+def test_scheduled_maintenance_dag_rewrites_only_the_manifests_when_only_they_are_small(
+    airflow_db, demo_table
+):
+    """Files large enough for the sensor, manifests not: the branch skips compaction."""
+    with demo_table.transaction() as tx:
+        tx.set_properties({"write.target-file-size-bytes": "1024"})  # no data file is small now
+    before_rows = live_checksum(demo_table)
+    data_files_before = _data_files(demo_table)
+    dag = _load_dag("example_iceberg_scheduled_maintenance")
+    run = dag.test()
+    states = _ti_states(run)
+    assert str(run.state) == "success", states
+    assert states["compaction.plan[-1]"] == "skipped"
+    assert states["rewrite_manifests[-1]"] == "success"
+    demo_table.refresh()
+    assert len(demo_table.current_snapshot().manifests(demo_table.io)) == 1
+    assert demo_table.current_snapshot().summary["manifests-replaced"] == "12"
+    assert _data_files(demo_table) == data_files_before
     assert live_checksum(demo_table) == before_rows
 
 

@@ -25,27 +25,46 @@ table's ``commit.retry.*`` properties (exponential backoff), refreshes the table
 ``_commit`` again. On ``CommitFailedException`` and ``ValidationException`` it deletes the manifests we
 wrote; after an unknown outcome it deletes nothing.
 
+:class:`ManifestsProducer` (Java's ``RewriteManifests``) uses the same hooks, plans each attempt with
+:func:`~.manifest_attempt.prepare_manifests_attempt`, and appends the ``optimized-m-<uuid>.avro``
+manifests it names itself to ``_written_manifests``, so that PyIceberg's cleanup deletes them too.
+
 tests/unit/engine/test_pyiceberg_private_api.py checks every one of these names against the installed
 PyIceberg, and that no other engine module but :mod:`~.io.pyiceberg_internals` uses a private one.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
+from pyiceberg.io import OutputFile
 from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestFile, ManifestWriter
 from pyiceberg.table import Table, Transaction
-from pyiceberg.table.snapshots import Summary
+from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update import TableUpdate, UpdatesAndRequirements
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import EMPTY_DICT
 
 from airflow_provider_iceberg_exec.engine.commit.attempt import Attempt, prepare_attempt
 from airflow_provider_iceberg_exec.engine.commit.change import FilesChange
+from airflow_provider_iceberg_exec.engine.commit.manifest_attempt import (
+    ManifestsAttempt,
+    PlanManifests,
+    prepare_manifests_attempt,
+)
 from airflow_provider_iceberg_exec.engine.commit.summary import snapshot_summary_properties
 from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
 
-__all__ = ["FilesProducer", "StagedFiles", "apply_updates", "stage_files"]
+__all__ = [
+    "FilesProducer",
+    "ManifestsProducer",
+    "StagedFiles",
+    "StagedManifests",
+    "apply_updates",
+    "stage_files",
+    "stage_manifests",
+]
 
 
 class FilesProducer(_SnapshotProducer["FilesProducer"]):
@@ -162,3 +181,132 @@ def apply_updates(transaction: Transaction, updates: tuple[TableUpdate, ...]) ->
     Through the private ``Transaction._apply``, which checks and applies them to the staged metadata.
     """
     transaction._apply(updates)
+
+
+class ManifestsProducer(_SnapshotProducer["ManifestsProducer"]):
+    """A ``replace`` snapshot that swaps manifests for rewritten ones, no data change: Java's
+    ``BaseRewriteManifests`` on PyIceberg's private ``_SnapshotProducer``.
+
+    Each attempt plans and writes at the branch head (:func:`~.manifest_attempt.prepare_manifests_attempt`),
+    so a retry after a concurrent commit re-plans from the new head. New manifests are named
+    ``optimized-m-<uuid>.avro`` in the metadata location, as Spark's action names them, and are recorded in
+    ``_written_manifests``, so that PyIceberg's cleanup deletes those of a failed attempt.
+    """
+
+    def __init__(
+        self,
+        transaction: Transaction,
+        table: Table,
+        plan: PlanManifests,
+        *,
+        commit_id: str,
+        branch: str,
+        snapshot_properties: dict[str, str],
+    ) -> None:
+        super().__init__(
+            operation=Operation.REPLACE,
+            transaction=transaction,
+            io=table.io,
+            snapshot_properties=snapshot_properties,
+            branch=branch,
+        )
+        self._starting_snapshot_id = None  # validation is ours, see FilesProducer
+        self._plan = plan
+        self._commit_id = commit_id
+        self._branch = branch
+        self._location_provider = table.location_provider()
+        self._attempt: ManifestsAttempt | None = None
+
+    def _validate_concurrency(self) -> None:
+        """Do nothing: :meth:`_commit` plans and validates at the head on every attempt."""
+
+    def _commit(self) -> UpdatesAndRequirements:
+        self._attempt = prepare_manifests_attempt(
+            self._plan,
+            io=self._io,
+            metadata=self._transaction.table_metadata,
+            branch=self._branch,
+            head_snapshot_id=self._parent_snapshot_id,
+            commit_id=self._commit_id,
+            open_writer=self._new_writer,
+        )
+        return super()._commit()
+
+    def _deleted_entries(self) -> list[ManifestEntry]:
+        return []
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        return list(self.attempt.kept)
+
+    def _manifests(self) -> list[ManifestFile]:
+        return self.attempt.manifests
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        return Summary(operation=self._operation, **self.attempt.summary_properties(snapshot_properties))
+
+    @property
+    def attempt(self) -> ManifestsAttempt:
+        """The last attempt planned."""
+        if self._attempt is None:  # pragma: no cover - _commit always plans first
+            raise RuntimeError("no manifest rewrite attempt planned")
+        return self._attempt
+
+    def _new_output(self) -> OutputFile:
+        path = self._location_provider.new_metadata_location(f"optimized-m-{uuid.uuid4()}.avro")
+        self._written_manifests.append(path)
+        return self._io.new_output(path)
+
+    def _new_writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
+        metadata = self._transaction.table_metadata
+        return new_manifest_writer(
+            format_version=metadata.format_version,
+            content=content,
+            spec=metadata.specs()[spec_id],
+            schema=metadata.schema(),
+            output_file=self._new_output(),
+            snapshot_id=self._snapshot_id,
+            avro_compression=self._compression,
+        )
+
+
+@dataclass(frozen=True)
+class StagedManifests:
+    """A transaction with a :class:`ManifestsProducer` in it, nothing written yet."""
+
+    transaction: Transaction
+    producer: ManifestsProducer
+
+    def commit(self) -> ManifestsAttempt:
+        """Plan, write and commit through PyIceberg's retry loop; return the attempt that committed.
+
+        :raises AlreadyCommittedError: when a snapshot with the commit id appeared.
+        :raises NothingToRewriteError: when there is nothing to rewrite at the head.
+        """
+        try:
+            self.producer.commit()  # first attempt: plan, write, validate, stage the snapshot
+        except BaseException:
+            self.producer._clean_all_uncommitted()
+            raise
+        self.transaction.commit_transaction()
+        return self.producer.attempt
+
+
+def stage_manifests(
+    table: Table,
+    plan: PlanManifests,
+    *,
+    commit_id: str,
+    branch: str,
+    snapshot_properties: dict[str, str],
+) -> StagedManifests:
+    """A new transaction on ``table`` with the producer of a manifest rewrite (reads and writes nothing)."""
+    transaction = table.transaction()
+    producer = ManifestsProducer(
+        transaction,
+        table,
+        plan,
+        commit_id=commit_id,
+        branch=branch,
+        snapshot_properties=snapshot_properties,
+    )
+    return StagedManifests(transaction, producer)

@@ -21,7 +21,7 @@ anything else is explicit (spec, "Sequence Number Inheritance").
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
@@ -53,6 +53,7 @@ from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import (
 
 __all__ = [
     "REFERENCED_DATA_FILE_FIELD_ID",
+    "iter_manifest_entries",
     "new_manifest_writer",
     "read_manifest_entries",
     "referenced_data_file",
@@ -228,3 +229,27 @@ def _content_checked(content: ManifestContent) -> Callable[[ManifestEntry], Mani
         return _in_record_layout(entry)
 
     return prepare
+
+
+def iter_manifest_entries(
+    io: FileIO, manifest: ManifestFile, *, discard_deleted: bool = True
+) -> Iterator[ManifestEntry]:
+    """Stream a manifest's entries, as :func:`read_manifest_entries` reads them, one at a time.
+
+    For passes over every entry of a large table (the manifest rewrite): no list of a manifest's entries
+    is built.
+
+    :param io: the table's FileIO.
+    :param manifest: a manifest-list entry.
+    :param discard_deleted: skip entries with status DELETED.
+    :returns: the entries, in file order, with sequence numbers and spec id inherited.
+    """
+    with AvroFile[ManifestEntry](
+        io.new_input(manifest.manifest_path),
+        MANIFEST_ENTRY_SCHEMAS[_RECORD_VERSION],
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    ) as reader:
+        for entry in reader:
+            if not discard_deleted or entry.status != ManifestEntryStatus.DELETED:
+                yield inherit_from_manifest(entry, manifest)

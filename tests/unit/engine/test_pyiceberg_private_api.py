@@ -48,6 +48,8 @@ FENCE_NAMES = {
         "_transaction",
         "_clean_all_uncommitted",
         "_apply",
+        # ManifestsProducer records its optimized-m-*.avro manifests there for PyIceberg's cleanup
+        "_written_manifests",
     },
     IO_FENCE: {
         "_to_requested_schema",
@@ -272,6 +274,23 @@ def test_snapshot_producer_state_read_by_the_commit_producer(table) -> None:
     assert producer._transaction.table_metadata.format_version == table.metadata.format_version
     assert producer._io is table.io
     assert producer.snapshot_id == producer._snapshot_id
+
+
+def test_written_manifests_are_what_the_cleanup_deletes(table, tmp_path: Path) -> None:
+    """ManifestsProducer names its own manifests and appends them to ``_written_manifests``: PyIceberg's
+    cleanup must delete exactly those, also after a retry moved them aside."""
+    producer = table.transaction().update_snapshot().fast_append()
+    assert producer._written_manifests == []
+    paths = []
+    for name in ("optimized-m-1.avro", "optimized-m-2.avro"):
+        path = tmp_path / name
+        path.write_bytes(b"x")
+        paths.append(str(path))
+    producer._written_manifests.append(paths[0])
+    producer._refresh_for_retry()  # a retry: the first attempt's manifests are now uncommitted
+    producer._written_manifests.append(paths[1])
+    producer._clean_all_uncommitted()
+    assert not any(Path(p).exists() for p in paths)
 
 
 def test_refresh_for_retry_moves_the_parent_to_the_new_head(table) -> None:

@@ -98,6 +98,7 @@ def test_deferrable_health_sensor_defers_with_its_thresholds(sqlite_table):
         "min_small_file_bytes": None,
         "min_delete_files": None,
         "max_files_per_partition": 50,
+        "min_small_manifests": None,
     }
 
 
