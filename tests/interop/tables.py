@@ -347,3 +347,37 @@ def build_table(spark: SparkSession, kind: str, name: str | None = None) -> Buil
     except KeyError:
         raise ValueError(f"unknown Java table kind {kind!r}; one of {sorted(KINDS)}") from None
     return builder(spark, name or kind)
+
+
+# --- a commit made outside Spark, made current in the Hadoop catalog ----------------------------------
+
+
+def publish_to_spark(spark: SparkSession, name: str, committed_location: str) -> str:
+    """Make ``committed_location`` (a metadata.json that a PyIceberg catalog wrote when it committed to
+    the registered ``spark_cat.db.<name>``) the current version of that Hadoop-catalog table, as
+    Java's ``HadoopTableOperations.commit`` does: copy it to ``v<N+1>.metadata.json`` beside the
+    current ``v<N>``, then write ``version-hint.text``. Spark can then commit on top by its name.
+
+    Refuses (ValueError) a metadata file whose metadata-log does not reach Spark's current version (a
+    commit not based on it would silently drop Spark's later commits). Returns the new location.
+    """
+    import json
+    import shutil
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    current = Path(urlparse(metadata_location(spark, name)).path)
+    source = Path(urlparse(committed_location).path)
+    log = json.loads(source.read_text()).get("metadata-log", [])
+    if str(current) not in {urlparse(e["metadata-file"]).path for e in log}:
+        raise ValueError(f"{committed_location} is not based on Spark's current {current}")
+    version = int(current.name.removeprefix("v").split(".", 1)[0])
+    target = current.with_name(f"v{version + 1}.metadata.json")
+    if target.exists():
+        raise ValueError(f"{target} exists: Spark committed meanwhile")
+    shutil.copyfile(source, target)
+    (current.parent / "version-hint.text").write_text(str(version + 1))
+    published = metadata_location(spark, name)
+    if Path(urlparse(published).path) != target:
+        raise ValueError(f"Spark reads {published}, not the published {target}")
+    return published
