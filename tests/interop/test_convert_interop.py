@@ -3,8 +3,9 @@ before, no equality delete is left (so PyIceberg, which cannot apply one, reads 
 position delete files carry Java's sequence numbers, and Spark commits, merges and rewrites on top.
 
 Spark is the reference: each case first checks its model of the live rows against Spark reading the
-equality deletes itself, then Spark reads the converted table. Java cannot yet read a manifest of ours
-that holds an equality delete entry (EQUALITY_IDS_AS_LONG): the tests that reach one are xfail.
+equality deletes itself, then Spark reads the converted table, its metadata tables and every manifest of
+ours, including those holding equality delete entries (whose ``equality_ids`` must be the spec's
+``list<int>``: PyIceberg 0.12's schema says ``list<long>``, which Java refuses).
 """
 
 from __future__ import annotations
@@ -59,13 +60,6 @@ except ImportError:  # no Spark test dependencies: every test here is skipped
 
 pytestmark = pytest.mark.spark
 
-#: The product bug the xfail tests pin (see each test).
-EQUALITY_IDS_AS_LONG = (
-    "engine/meta/manifests.py writes manifests with PyIceberg 0.12's data_file schema, which declares "
-    "equality_ids (field 135) list<long> (spec: list<int>; apache/iceberg-python#3840): Java 1.10 "
-    "fails (ClassCastException Long -> Integer in BaseFile.internalSet) on every manifest of ours that "
-    "holds an equality delete entry, even a DELETED one"
-)
 
 Checksum = Callable[[str], tuple[int, int]]
 
@@ -207,15 +201,7 @@ def _convert(catalog: SqlCatalog, case: Case, tmp_path: Path, **kwargs: Any) -> 
 
 # spec_evolved: Java merged the spec-1 equality delete into a manifest with Spark's position deletes; our
 # rewrite of it keeps the DELETED equality entry beside live ones, so Java's scan planning reads it.
-_READ_CASES = [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=Py4JJavaError, reason=EQUALITY_IDS_AS_LONG))
-    if n == "spec_evolved"
-    else n
-    for n in CASES
-]
-
-
-@pytest.mark.parametrize("name", _READ_CASES)
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_java_reads_the_same_rows_and_no_equality_delete_is_left(
     name: str,
     spark: SparkSession,
@@ -246,8 +232,8 @@ def test_java_reads_the_same_rows_and_no_equality_delete_is_left(
 def test_spec_evolved_conversion_keeps_the_rows_java_read(
     spark: SparkSession, java_table: JavaTables, catalog: SqlCatalog, tmp_path: Path
 ) -> None:
-    """The spec_evolved case without Java reading our manifests (see the xfail above): each equality
-    delete reached only its own spec and partition, as Java applied it before the conversion."""
+    """The spec_evolved case read by PyIceberg: each equality delete reached only its own spec and
+    partition, as Java applied it before the conversion."""
     case = _spec_evolved(spark, java_table)
     java_rows = spark_rows(spark, case.built.metadata_location)
     deletes_before = _delete_files(catalog, case.built.metadata_location)
@@ -420,7 +406,6 @@ def test_spark_rewrites_the_data_files_of_the_converted_table(
     assert _arrow_ids(StaticTable.from_metadata(final).scan().to_arrow()) == case.expected_ids
 
 
-@pytest.mark.xfail(strict=True, raises=Py4JJavaError, reason=EQUALITY_IDS_AS_LONG)
 @pytest.mark.parametrize("name", ["java_equality_deletes", "with_spark_position_deletes"])
 def test_spark_rewrites_our_position_delete_files(
     name: str,
@@ -450,7 +435,6 @@ def test_spark_rewrites_our_position_delete_files(
     assert _arrow_ids(StaticTable.from_metadata(final).scan().to_arrow()) == case.expected_ids
 
 
-@pytest.mark.xfail(strict=True, raises=Py4JJavaError, reason=EQUALITY_IDS_AS_LONG)
 def test_java_metadata_tables_read_the_converted_table(
     spark: SparkSession, java_table: JavaTables, catalog: SqlCatalog, tmp_path: Path
 ) -> None:
@@ -468,7 +452,6 @@ def test_java_metadata_tables_read_the_converted_table(
     assert len(spark_metadata_table(spark, converted, "files")) == len(_entries(catalog, converted))
 
 
-@pytest.mark.xfail(strict=True, raises=Py4JJavaError, reason=EQUALITY_IDS_AS_LONG)
 def test_spark_reads_a_table_whose_kept_equality_delete_we_rewrote(
     spark: SparkSession, catalog: SqlCatalog, spark_rows_checksum: Checksum, tmp_path: Path
 ) -> None:

@@ -44,7 +44,7 @@ from pyiceberg.manifest import (
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import TableVersion
-from pyiceberg.types import StructType
+from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import (
     inherit_from_manifest,
@@ -63,6 +63,8 @@ __all__ = [
 
 #: ``data_file.referenced_data_file``: the data file every delete in a delete file points at.
 REFERENCED_DATA_FILE_FIELD_ID = 143
+#: ``data_file.equality_ids`` and its element.
+_EQUALITY_IDS_FIELD_ID, _EQUALITY_IDS_ELEMENT_ID = 135, 136
 
 # In memory every DataFile uses the v3 layout; v2's 16 fields are its prefix.
 _RECORD_VERSION: TableVersion = 3
@@ -142,9 +144,30 @@ def read_manifest_entries(
         ]
 
 
+def _spec_equality_ids(data_file_type: StructType) -> StructType:
+    """``equality_ids`` as the spec's ``list<int>``: PyIceberg 0.12 declares ``list<long>``
+    (apache/iceberg-python#3840), which Java refuses in a manifest holding an equality delete entry
+    (ClassCastException in BaseFile). Avro int and long share one encoding: only the schema changes."""
+    fields = [
+        NestedField(
+            field_id=f.field_id,
+            name=f.name,
+            field_type=ListType(
+                element_id=_EQUALITY_IDS_ELEMENT_ID, element_type=IntegerType(), element_required=True
+            ),
+            required=f.required,
+            doc=f.doc,
+        )
+        if f.field_id == _EQUALITY_IDS_FIELD_ID
+        else f
+        for f in data_file_type.fields
+    ]
+    return StructType(*fields)
+
+
 def _entry_schema(spec: PartitionSpec, schema: Schema, version: TableVersion) -> Schema:
-    data_file_type = data_file_with_partition(
-        partition_type=spec.partition_type(schema), format_version=version
+    data_file_type = _spec_equality_ids(
+        data_file_with_partition(partition_type=spec.partition_type(schema), format_version=version)
     )
     if version == 2:
         # v2 allows referenced_data_file (optional); PyIceberg's v2 schema omits it.
