@@ -34,7 +34,11 @@ from airflow_provider_iceberg_exec.operators._common import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_provider_iceberg_exec.engine.contracts import CompactionResult, CowCommitResult
+    from airflow_provider_iceberg_exec.engine.contracts import (
+        CompactionResult,
+        CowCommitResult,
+        RewritePositionDeletesResult,
+    )
     from airflow_provider_iceberg_exec.engine.ops.results import QuietPeriod
 
 __all__ = ["CommitOperator", "emit_table_asset", "log_commit_result"]
@@ -201,7 +205,7 @@ class CommitOperator(BaseOperator):
         """The catalog hook, built after the templates are rendered."""
         return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
-    def execute(self, context: Context) -> CompactionResult | CowCommitResult:
+    def execute(self, context: Context) -> CompactionResult | CowCommitResult | RewritePositionDeletesResult:
         """Commit the results (the engine's :func:`~.engine.ops.results.commit_results`); return its JSON."""
         from airflow_provider_iceberg_exec.engine.ops.results import commit_results, results_table
 

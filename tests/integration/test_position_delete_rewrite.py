@@ -139,7 +139,8 @@ def test_small_position_deletes_become_one_file_per_data_file(
     assert result["added_bytes_count"] == sum(e.data_file.file_size_in_bytes for e in outputs)
     assert len(result["snapshot_ids"]) == 1
     snapshot = table.current_snapshot()
-    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot is not None
+    assert snapshot.summary is not None
     assert snapshot.summary.operation.value == "replace"
     if partitioned:
         # A group never mixes partitions: every output holds positions of its partition only.
@@ -211,11 +212,9 @@ def test_a_retry_with_the_same_commit_id_commits_nothing_more(catalog: SqlCatalo
     again = rewrite_position_deletes(table, limits=_limits(tmp_path), commit_id="same")
     table.refresh()
     assert table.current_snapshot() == head
-    assert again["already_committed"] and again["snapshot_ids"] == first["snapshot_ids"]
+    assert again["already_committed"]
+    assert again["snapshot_ids"] == first["snapshot_ids"]
     assert again["rewritten_delete_files_count"] == first["rewritten_delete_files_count"] == 6
-    # The same results committed again under the same id are a no-op too.
-    snapshot = table.current_snapshot()
-    assert snapshot is not None
 
 
 def test_results_committed_twice_land_once(catalog: SqlCatalog, tmp_path: Path) -> None:
@@ -225,7 +224,8 @@ def test_results_committed_twice_land_once(catalog: SqlCatalog, tmp_path: Path) 
     results = [execute_position_delete_task(table, t, _limits(tmp_path)) for t in plan["tasks"]]
     first = commit_position_delete_rewrite(table, results, commit_id="twice")
     again = commit_position_delete_rewrite(table, results, commit_id="twice")
-    assert not first["already_committed"] and again["already_committed"]
+    assert not first["already_committed"]
+    assert again["already_committed"]
     assert again["snapshot_ids"] == first["snapshot_ids"]
 
 
@@ -279,7 +279,8 @@ def test_where_selects_partitions(catalog: SqlCatalog, tmp_path: Path) -> None:
 def test_nothing_to_do(catalog: SqlCatalog, tmp_path: Path) -> None:
     table = _table(catalog, partitioned=False)
     empty = rewrite_position_deletes(table, limits=_limits(tmp_path))
-    assert empty["snapshot_ids"] == [] and empty["rewritten_delete_files_count"] == 0
+    assert empty["snapshot_ids"] == []
+    assert empty["rewritten_delete_files_count"] == 0
     table.append(_rows(range(10), "a"))
     head = table.current_snapshot()
     assert rewrite_position_deletes(table, limits=_limits(tmp_path))["snapshot_ids"] == []
@@ -291,7 +292,8 @@ def test_nothing_to_do(catalog: SqlCatalog, tmp_path: Path) -> None:
     table.refresh()
     assert table.current_snapshot() == head
     result = rewrite_position_deletes(table, options={"rewrite-all": "true"}, limits=_limits(tmp_path))
-    assert result["rewritten_delete_files_count"] == 4 and result["added_delete_files_count"] == 1
+    assert result["rewritten_delete_files_count"] == 4
+    assert result["added_delete_files_count"] == 1
 
 
 def test_bad_input_is_one_line_and_changes_nothing(catalog: SqlCatalog, tmp_path: Path) -> None:

@@ -297,11 +297,11 @@ class PositionDeleteWriter:
             nan_value_counts={},
             lower_bounds={
                 FILE_PATH_FIELD_ID: first.encode(),
-                POS_FIELD_ID: to_bytes(LongType(), current.min_pos),
+                POS_FIELD_ID: to_bytes(LongType(), current.min_pos or 0),
             },
             upper_bounds={
                 FILE_PATH_FIELD_ID: last.encode(),
-                POS_FIELD_ID: to_bytes(LongType(), current.max_pos),
+                POS_FIELD_ID: to_bytes(LongType(), current.max_pos or 0),
             },
             split_offsets=None,
             sort_order_id=None,

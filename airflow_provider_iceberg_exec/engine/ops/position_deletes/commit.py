@@ -299,20 +299,18 @@ def landed_position_delete_result(
 
     log.info("commit id %s already landed on %s: %d snapshot(s)", commit_id, branch, len(landed))
     result = empty_position_delete_result(table_name(table))
-    result.update(
-        rewritten_delete_files_count=total("removed-delete-files"),
-        added_delete_files_count=total("added-delete-files"),
-        rewritten_bytes_count=total("removed-files-size"),
-        added_bytes_count=total("added-files-size"),
-        snapshot_ids=[s.snapshot_id for s in landed],
-        already_committed=True,
-        commits=[
-            CommitRecord(
-                commit_id=s.summary.additional_properties.get(COMMIT_ID_PROPERTY) if s.summary else None,
-                snapshot_id=s.snapshot_id,
-                already_committed=True,
-            )
-            for s in landed
-        ],
-    )
+    result["rewritten_delete_files_count"] = total("removed-delete-files")
+    result["added_delete_files_count"] = total("added-delete-files")
+    result["rewritten_bytes_count"] = total("removed-files-size")
+    result["added_bytes_count"] = total("added-files-size")
+    result["snapshot_ids"] = [s.snapshot_id for s in landed]
+    result["already_committed"] = True
+    result["commits"] = [
+        CommitRecord(
+            commit_id=s.summary.additional_properties.get(COMMIT_ID_PROPERTY) if s.summary else None,
+            snapshot_id=s.snapshot_id,
+            already_committed=True,
+        )
+        for s in landed
+    ]
     return result
