@@ -488,7 +488,8 @@ def _cmd_rewrite_position_deletes(args: argparse.Namespace, out: IO[str]) -> Non
     if args.json:
         out.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
         return
-    lines = [f"{k}: {result[k]}" for k in _POSITION_DELETE_KEYS]
+    counts: Mapping[str, Any] = result
+    lines = [f"{k}: {counts[k]}" for k in _POSITION_DELETE_KEYS]
     if not result["snapshot_ids"]:
         lines.append("nothing to do: no position delete files to rewrite by the options")
     else:

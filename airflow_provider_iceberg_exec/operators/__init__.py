@@ -1,8 +1,8 @@
 """Operators of the iceberg-exec provider.
 
 Import the operators from their modules (``airflow_provider_iceberg_exec.operators.compaction``,
-``.commit``, ``.cow``, ``.resolve``, ``.maintenance``); :func:`table_asset` builds a table's asset for
-scheduling downstream DAGs.
+``.commit``, ``.cow``, ``.resolve``, ``.position_deletes``, ``.maintenance``); :func:`table_asset` builds
+a table's asset for scheduling downstream DAGs.
 """
 
 from __future__ import annotations

@@ -414,7 +414,11 @@ def _abandon(
     if landed:
         log.warning("Commit %s already landed as snapshots %s: keeping every written file", commit_id, landed)
         return f"commit {commit_id} already landed as snapshots {landed}, so no file was deleted"
-    written = [uri for r in results for uri in uris_of(r.get("added_data_files") or [])]
+    written = [
+        uri
+        for r in results
+        for uri in uris_of([*(r.get("added_data_files") or []), *(r.get("added_delete_files") or [])])
+    ]
     report = delete_unreferenced(table, written, what=f"uncommitted output of {commit_id}")
     if staged:
         discard_payloads(table, staged)
