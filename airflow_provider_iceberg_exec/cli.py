@@ -579,6 +579,59 @@ def _manifest_commands(commands: Any) -> None:
     rewrite.set_defaults(run=_cmd_rewrite_manifests)
 
 
+_POSITION_DELETE_KEYS = (
+    "rewritten_delete_files_count",
+    "added_delete_files_count",
+    "rewritten_bytes_count",
+    "added_bytes_count",
+    "failed_delete_files_count",
+    "dangling_records",
+)
+
+
+def _cmd_rewrite_position_deletes(args: argparse.Namespace, out: IO[str]) -> None:
+    from airflow_provider_iceberg_exec.engine.ops.position_deletes import rewrite_position_deletes
+
+    result = rewrite_position_deletes(
+        _table(args),
+        where=args.where,
+        options=_options(args.option),
+        branch=args.branch,
+        limits=_limits(args),
+        commit_id=args.commit_id,
+    )
+    if args.json:
+        out.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        return
+    counts: Mapping[str, Any] = result
+    lines = [f"{k}: {counts[k]}" for k in _POSITION_DELETE_KEYS]
+    if not result["snapshot_ids"]:
+        lines.append("nothing to do: no position delete files to rewrite by the options")
+    else:
+        lines.append(
+            f"snapshot_ids: {result['snapshot_ids']}"
+            + (" (already committed)" if result["already_committed"] else "")
+        )
+    out.write("\n".join(lines) + "\n")
+
+
+def _position_delete_commands(commands: Any, limits: Any) -> None:
+    rewrite = commands.add_parser(
+        "rewrite-position-deletes",
+        help="compact the position delete files of each partition (rewrite_position_delete_files)",
+    )
+    rewrite.add_argument("table", help="NAMESPACE.TABLE")
+    rewrite.add_argument("--where", help="PyIceberg filter selecting the partitions to consider")
+    rewrite.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="Spark option, repeatable"
+    )
+    rewrite.add_argument("--branch", default="main")
+    limits(rewrite)
+    rewrite.add_argument("--commit-id", help="idempotency key of the commit (default: random)")
+    rewrite.add_argument("--json", action="store_true", help="print the result document")
+    rewrite.set_defaults(run=_cmd_rewrite_position_deletes)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="iceberg-exec", description="Bounded-memory Iceberg table maintenance."
@@ -627,7 +680,8 @@ def _parser() -> argparse.ArgumentParser:
 
     commit = commands.add_parser(
         "commit",
-        help="commit result documents (compaction or copy-on-write) with the commit operator's rules",
+        help="commit result documents (compaction, copy-on-write or position deletes) with the commit "
+        "operator's rules",
     )
     commit.add_argument("results", nargs="+", help="result JSON files (a document or a list)")
     commit.add_argument("--commit-id", required=True, help="idempotency key: the same id never commits twice")
@@ -663,6 +717,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _maintenance_commands(commands, limits)
     _cow_commands(commands, limits)
+    _position_delete_commands(commands, limits)
     _delete_file_commands(commands, limits)
     _manifest_commands(commands)
     return parser

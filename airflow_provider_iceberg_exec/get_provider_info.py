@@ -48,6 +48,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_iceberg_exec.operators.maintenance",
                     "airflow_provider_iceberg_exec.operators.manifests",
                     "airflow_provider_iceberg_exec.operators.resolve",
+                    "airflow_provider_iceberg_exec.operators.position_deletes",
                 ],
             }
         ],

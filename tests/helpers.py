@@ -92,6 +92,20 @@ def commit_position_deletes(
     manifest writer (as in tests/integration/test_commit.py). Without ``referenced_data_file`` the file
     names its target only through its ``file_path`` bounds. Returns the delete DataFile.
     """
+    return commit_position_delete_file(
+        table, {data_file_path: positions}, set_referenced_data_file=set_referenced_data_file
+    )
+
+
+def commit_position_delete_file(
+    table: Table, positions: dict[str, list[int]], *, set_referenced_data_file: bool = True
+) -> Any:
+    """Write one position delete file naming positions of one or more data files of one partition (the
+    first path's), sorted by path and position, and commit it in a ``delete`` snapshot.
+
+    ``referenced_data_file`` is set only when it names one data file and ``set_referenced_data_file``.
+    A path that is not a live data file is written as given (a dangling position). Returns the DataFile.
+    """
     import struct
     import uuid as _uuid
 
@@ -111,7 +125,8 @@ def commit_position_deletes(
     from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
 
     path_id, pos_id = 2147483546, 2147483545
-    target = next(f for f in data_files(table) if f.file_path == data_file_path)
+    live = {f.file_path: f for f in data_files(table)}
+    target = next(live[p] for p in positions if p in live)
     location = f"{table.location()}/data/pos-deletes-{_uuid.uuid4().hex}.parquet"
     schema = pa.schema(
         [
@@ -119,25 +134,26 @@ def commit_position_deletes(
             pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": str(pos_id)}),
         ]
     )
-    ordered = sorted(positions)
-    data = pa.table({"file_path": [data_file_path] * len(ordered), "pos": ordered}, schema=schema)
+    rows = sorted((path, pos) for path, listed in positions.items() for pos in listed)
+    data = pa.table({"file_path": [r[0] for r in rows], "pos": [r[1] for r in rows]}, schema=schema)
     with table.io.new_output(location).create() as stream:
         pq.write_table(data, stream)
+    single = len(positions) == 1
     delete_file = DataFile.from_args(
         _table_format_version=3,
         content=DataFileContent.POSITION_DELETES,
         file_path=location,
         file_format=FileFormat.PARQUET,
         partition=target.partition,
-        record_count=len(ordered),
+        record_count=len(rows),
         file_size_in_bytes=len(table.io.new_input(location)),
         column_sizes={},
         value_counts={},
         null_value_counts={},
         nan_value_counts={},
-        lower_bounds={path_id: data_file_path.encode(), pos_id: struct.pack("<q", ordered[0])},
-        upper_bounds={path_id: data_file_path.encode(), pos_id: struct.pack("<q", ordered[-1])},
-        referenced_data_file=data_file_path if set_referenced_data_file else None,
+        lower_bounds={path_id: rows[0][0].encode(), pos_id: struct.pack("<q", min(r[1] for r in rows))},
+        upper_bounds={path_id: rows[-1][0].encode(), pos_id: struct.pack("<q", max(r[1] for r in rows))},
+        referenced_data_file=rows[0][0] if single and set_referenced_data_file else None,
     )
     delete_file.spec_id = target.spec_id
 

@@ -21,6 +21,7 @@ from airflow_provider_iceberg_exec.sizes import parse_byte_size
 __all__ = [
     "MIN_MEMORY_LIMIT_BYTES",
     "CompactionOptions",
+    "PositionDeleteOptions",
     "ResourceLimits",
     "RewriteJobOrder",
     "Strategy",
@@ -280,3 +281,99 @@ def _convert(name: str, raw: object, type_name: str) -> object:
             "true or false" if "bool" in type_name else "a number" if "float" in type_name else "an integer"
         )
         raise ConfigurationError(f"invalid {name}: {text!r}; expected {kind}") from None
+
+
+_DELETE_TARGET_FILE_SIZE_PROPERTY = "write.delete.target-file-size-bytes"
+_DEFAULT_DELETE_TARGET_FILE_SIZE = 64 * MiB
+#: the planner options ``rewrite_position_delete_files`` shares with ``rewrite_data_files``
+_POSITION_DELETE_PLANNER_NAMES = (
+    "target-file-size-bytes",
+    "min-file-size-bytes",
+    "max-file-size-bytes",
+    "min-input-files",
+    "rewrite-all",
+    "max-file-group-size-bytes",
+    "partial-progress.enabled",
+    "partial-progress.max-commits",
+    "rewrite-job-order",
+)
+_MAX_CONCURRENT = "max-concurrent-file-group-rewrites"
+
+
+@dataclass(frozen=True)
+class PositionDeleteOptions:
+    """Spark's ``rewrite_position_delete_files`` options, resolved against the table's properties.
+
+    The size, group and partial-progress options are those of Java's ``BinPackRewritePositionDeletePlanner``
+    (a ``SizeBasedFileRewritePlanner``), with the target taken from ``write.delete.target-file-size-bytes``
+    (64 MiB); they are kept as the :class:`CompactionOptions` the shared planner reads. Unlike
+    ``rewrite_data_files``, Spark's action tolerates any number of failed commits under partial progress.
+
+    :param planner: the planner's options.
+    :param max_concurrent_file_group_rewrites: accepted as Spark does; groups run one after another here.
+    """
+
+    planner: CompactionOptions = field(
+        default_factory=lambda: CompactionOptions.from_options(
+            {}, {_TARGET_FILE_SIZE_PROPERTY: str(_DEFAULT_DELETE_TARGET_FILE_SIZE)}
+        )
+    )
+    max_concurrent_file_group_rewrites: int = 5
+
+    #: every option name Spark's action accepts
+    NAMES = (*_POSITION_DELETE_PLANNER_NAMES, _MAX_CONCURRENT)
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_file_group_rewrites < 1:
+            raise ConfigurationError(f"{_MAX_CONCURRENT} must be >= 1")
+
+    @classmethod
+    def from_options(
+        cls, options: Mapping[str, str | int | bool] | None, table_properties: Mapping[str, str] | None = None
+    ) -> PositionDeleteOptions:
+        """Resolve user options and table properties, with Spark's defaults.
+
+        :raises ConfigurationError: for an unknown option (the message lists the valid ones) or a bad value.
+
+        >>> PositionDeleteOptions.from_options({}).planner.target_file_size_bytes
+        67108864
+        >>> PositionDeleteOptions.from_options({"delete-file-threshold": "1"})
+        Traceback (most recent call last):
+        ...
+        airflow_provider_iceberg_exec.engine.errors.ConfigurationError: Cannot use options ['delete-file-threshold'], they are not supported; valid options: max-concurrent-file-group-rewrites, max-file-group-size-bytes, max-file-size-bytes, min-file-size-bytes, min-input-files, partial-progress.enabled, partial-progress.max-commits, rewrite-all, rewrite-job-order, target-file-size-bytes
+        """  # noqa: E501
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(cls.NAMES))
+        if unknown:
+            raise ConfigurationError(
+                f"Cannot use options {unknown}, they are not supported; valid options: "
+                + ", ".join(sorted(cls.NAMES))
+            )
+        concurrent = options.pop(_MAX_CONCURRENT, 5)
+        target = (table_properties or {}).get(
+            _DELETE_TARGET_FILE_SIZE_PROPERTY, str(_DEFAULT_DELETE_TARGET_FILE_SIZE)
+        )
+        planner = CompactionOptions.from_options(options, {_TARGET_FILE_SIZE_PROPERTY: target})
+        return cls(planner, int(str(_convert(_MAX_CONCURRENT, concurrent, "int"))))
+
+    @property
+    def partial_progress_enabled(self) -> bool:
+        """``partial-progress.enabled``."""
+        return self.planner.partial_progress_enabled
+
+    @property
+    def max_failed_commits(self) -> int:
+        """Every commit batch may fail under partial progress, as in Spark's action."""
+        return self.planner.partial_progress_max_commits
+
+    def to_options(self) -> dict[str, str]:
+        """The options as Spark-named strings, the form carried in task specs.
+
+        >>> defaults = PositionDeleteOptions()
+        >>> PositionDeleteOptions.from_options(defaults.to_options()) == defaults
+        True
+        """
+        planner = self.planner.to_options()
+        out = {name: planner[name] for name in _POSITION_DELETE_PLANNER_NAMES}
+        out[_MAX_CONCURRENT] = str(self.max_concurrent_file_group_rewrites)
+        return out

@@ -25,7 +25,11 @@ __all__ = [
     "EXPIRE_SNAPSHOTS_RESULT",
     "ORPHAN_DELETE_RESULT",
     "ORPHAN_SCAN_RESULT",
+    "POSITION_DELETE_PLAN",
+    "POSITION_DELETE_RESULT",
+    "POSITION_DELETE_TASK",
     "REWRITE_MANIFESTS_RESULT",
+    "REWRITE_POSITION_DELETES_RESULT",
     "REWRITE_RESULT",
     "REWRITE_TASK",
     "CommitRecord",
@@ -48,7 +52,11 @@ __all__ = [
     "OrphanRemoveResult",
     "OrphanScanResult",
     "PlanSummary",
+    "PositionDeletePlan",
+    "PositionDeleteResult",
+    "PositionDeleteTask",
     "RewriteManifestsResult",
+    "RewritePositionDeletesResult",
     "RewriteResult",
     "RewriteTask",
     "SkippedFile",
@@ -70,6 +78,11 @@ COW_COMMIT_RESULT = "iceberg-exec/cow-commit-result@1"
 #: orphan files (:mod:`.orphans`): scan -> result (+ the orphan list file) -> delete -> result
 ORPHAN_SCAN_RESULT = "iceberg-exec/orphan-scan-result@1"
 ORPHAN_DELETE_RESULT = "iceberg-exec/orphan-delete-result@1"
+#: position-delete compaction (:mod:`.ops.position_deletes`, Spark's ``rewrite_position_delete_files``)
+POSITION_DELETE_PLAN = "iceberg-exec/position-delete-plan@1"
+POSITION_DELETE_TASK = "iceberg-exec/position-delete-task@1"
+POSITION_DELETE_RESULT = "iceberg-exec/position-delete-result@1"
+REWRITE_POSITION_DELETES_RESULT = "iceberg-exec/rewrite-position-deletes-result@1"
 #: snapshot expiry with file cleanup (:mod:`.expire`)
 EXPIRE_SNAPSHOTS_RESULT = "iceberg-exec/expire-snapshots-result@1"
 #: manifest rewrite (:mod:`.manifests`)
@@ -211,6 +224,95 @@ class CompactionResult(TypedDict):
     peak_rss_bytes: int
     spilled_bytes: int
     #: only from ``compact``: the plan it made
+    plan: NotRequired[PlanSummary]
+
+
+# --- position-delete compaction documents (:mod:`.ops.position_deletes`) ---
+
+#: an input of a position-delete task: ``{"content-file", "data-sequence-number"}``
+SequencedFileJson = dict[str, Any]
+
+
+class PositionDeleteTask(TypedDict):
+    """One group of position delete files of one partition to rewrite into fewer files."""
+
+    schema: str
+    table: str
+    branch: str
+    group_id: str
+    commit_batch: int
+    base_snapshot_id: int
+    options: dict[str, str]
+    spec_id: int
+    #: the group's partition values, REST-encoded in the spec's field order
+    partition: list[Any]
+    input_bytes: int
+    #: the position delete files, each with its data sequence number
+    delete_files: list[SequencedFileJson]
+    #: the live data files at the base that an input applies to (``{"file-path",
+    #: "data-sequence-number"}``): positions of any other file are dangling and dropped
+    live_data_files: list[dict[str, Any]]
+
+
+class PositionDeletePlan(TypedDict):
+    """What ``plan_position_delete_rewrite`` chose: one task per group, and the commit batches."""
+
+    schema: str
+    table: str
+    branch: str
+    base_snapshot_id: int | None
+    where: str | None
+    options: dict[str, str]
+    tasks: list[PositionDeleteTask]
+    commit_batches: list[list[str]]
+
+
+class PositionDeleteResult(TypedDict):
+    """One rewritten group of position delete files."""
+
+    schema: str
+    table: str
+    branch: str
+    group_id: str
+    commit_batch: int
+    base_snapshot_id: int
+    options: dict[str, str]
+    #: the inputs, as the task listed them (with their data sequence numbers)
+    rewritten_delete_files: list[SequencedFileJson]
+    added_delete_files: list[ContentFileJson]
+    #: the data sequence number of every added file: the largest of the inputs'
+    data_sequence_number: int
+    rewritten_bytes_count: int
+    added_bytes_count: int
+    #: positions read, written, dropped as dangling, and dropped as repeated
+    rewritten_records: int
+    added_records: int
+    dangling_records: int
+    duplicate_records: int
+    peak_rss_bytes: int
+    spilled_bytes: int
+    elapsed_seconds: float
+
+
+class RewritePositionDeletesResult(TypedDict):
+    """What ``commit_position_delete_rewrite`` (or ``rewrite_position_deletes``) committed, in Spark's
+    ``rewrite_position_delete_files`` result names."""
+
+    schema: str
+    table: str
+    rewritten_delete_files_count: int
+    added_delete_files_count: int
+    rewritten_bytes_count: int
+    added_bytes_count: int
+    #: groups whose rewrite or commit failed under partial progress (their files are left as they are)
+    failed_delete_files_count: int
+    dangling_records: int
+    snapshot_ids: list[int]
+    already_committed: bool
+    commits: list[CommitRecord]
+    peak_rss_bytes: int
+    spilled_bytes: int
+    #: only from ``rewrite_position_deletes``: the plan it made
     plan: NotRequired[PlanSummary]
 
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         CompactionResult,
         ConvertResult,
         CowCommitResult,
+        RewritePositionDeletesResult,
     )
     from airflow_provider_iceberg_exec.engine.ops.results import QuietPeriod
 
@@ -201,7 +202,9 @@ class CommitOperator(BaseOperator):
         """The catalog hook, built after the templates are rendered."""
         return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
-    def execute(self, context: Context) -> CompactionResult | CowCommitResult | ConvertResult:
+    def execute(
+        self, context: Context
+    ) -> CompactionResult | CowCommitResult | ConvertResult | RewritePositionDeletesResult:
         """Commit the results (the engine's :func:`~.engine.ops.results.commit_results`); return its JSON."""
         from airflow_provider_iceberg_exec.engine.ops.results import commit_results, results_table
 

@@ -449,7 +449,8 @@ def stage_task_specs(
                 threshold=0,
             ),
             **{key: task[key] for key in ("task_id",) if key in task},
-            "data_files_count": len(task.get("data_files", []) or []),
+            # A position-delete task lists delete files instead: they are what its failure leaves.
+            "data_files_count": len(task.get("data_files", task.get("delete_files", [])) or []),
         }
         for index, task in enumerate(tasks)
     ]

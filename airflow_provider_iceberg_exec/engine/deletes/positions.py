@@ -15,13 +15,21 @@ from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import numpy as np
     import numpy.typing as npt
     import pyarrow as pa
     from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile
 
-__all__ = ["FILE_PATH_FIELD_ID", "POS_FIELD_ID", "deleted_positions", "read_position_deletes"]
+__all__ = [
+    "FILE_PATH_FIELD_ID",
+    "POS_FIELD_ID",
+    "deleted_positions",
+    "iter_position_delete_rows",
+    "read_position_deletes",
+]
 
 FILE_PATH_FIELD_ID = 2147483546
 POS_FIELD_ID = 2147483545
@@ -93,3 +101,32 @@ def deleted_positions(io: FileIO, scanned: ScannedFile) -> npt.NDArray[np.int64]
     if not parts:
         return np.empty(0, dtype=np.int64)
     return np.unique(np.concatenate(parts))
+
+
+def iter_position_delete_rows(io: FileIO, delete_file: DataFile, batch_size: int) -> Iterator[pa.RecordBatch]:
+    """Stream every ``(file_path, pos)`` row of a Parquet position delete file, one row group at a time.
+
+    The optional ``row`` column is not read. Batches have exactly the columns ``file_path`` (string) and
+    ``pos`` (int64), whatever the file names them (they are found by field id).
+
+    :raises DataFileReadError: when the file is missing or is not a readable position delete file.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("file_path", pa.string()), ("pos", pa.int64())])
+    try:
+        with io.new_input(delete_file.file_path).open() as stream:
+            parquet = pq.ParquetFile(stream, pre_buffer=False, buffer_size=_READ_BUFFER_BYTES)
+            columns = [
+                _column_by_field_id(parquet.schema_arrow, FILE_PATH_FIELD_ID, "file_path"),
+                _column_by_field_id(parquet.schema_arrow, POS_FIELD_ID, "pos"),
+            ]
+            for batch in parquet.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):
+                yield pa.RecordBatch.from_arrays(
+                    [batch.column(0).cast(pa.string()), batch.column(1).cast(pa.int64())], schema=schema
+                )
+    except (FileNotFoundError, OSError, pa.ArrowInvalid) as err:
+        raise DataFileReadError(
+            f"position delete file {delete_file.file_path} cannot be read: {err}"
+        ) from err

@@ -61,6 +61,8 @@ STAGING_DIR = "metadata/iceberg-exec-staging"
 _FILE_LIST_KEYS = (
     "data_files",
     "rewritten_data_files",
+    "rewritten_delete_files",
+    "live_data_files",
     "added_data_files",
     "added_delete_files",
     "removed_data_files",

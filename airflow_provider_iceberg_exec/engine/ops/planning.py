@@ -230,6 +230,7 @@ def plan_file_groups(
     current_spec_id: int,
     output_spec_id: int,
     apply_deletes: bool = False,
+    bucket_by_file_spec: bool = False,
 ) -> PlanOutcome:
     """Select files and bin-pack them into rewrite groups, as Spark's ``rewrite_data_files`` binpack.
 
@@ -243,6 +244,9 @@ def plan_file_groups(
         current spec id when unset).
     :param apply_deletes: whether the rewrite applies delete files. When false, files with delete files
         are skipped: rewriting them without their deletes would bring deleted rows back.
+    :param bucket_by_file_spec: bucket every file by its own ``(spec_id, partition)``, whatever the output
+        spec (position delete files are rewritten in their own spec and partition: no mixed bucket and
+        no repartitioning).
     :returns: the groups, the skipped files and the commit batches. An empty plan is a normal result.
     :raises ConfigurationError: when two candidates share a path, or when ``options.output_spec_id`` is
         set and differs from ``output_spec_id``.
@@ -278,10 +282,11 @@ def plan_file_groups(
         else:
             eligible.append(candidate)
 
-    buckets = _bucket(eligible, current_spec_id=current_spec_id, output_spec_id=output_spec_id)
+    bucket_spec_id = None if bucket_by_file_spec else output_spec_id
+    buckets = _bucket(eligible, current_spec_id=current_spec_id, output_spec_id=bucket_spec_id)
     packed = [(key, _plan_bucket(files, options)) for key, files in buckets]
     selected = _cap_files(packed, options.max_files_to_rewrite)
-    groups = _order(_build_groups(selected, options, output_spec_id), options.rewrite_job_order)
+    groups = _order(_build_groups(selected, options, bucket_spec_id), options.rewrite_job_order)
     batches = _commit_batches(groups, options)
     log.debug(
         "Planned %d group(s) of %d file(s) from %d candidate(s) in %d bucket(s); %d skipped",
@@ -298,12 +303,13 @@ _BucketKey = tuple[int, tuple[object, ...]]
 
 
 def _bucket(
-    files: Iterable[FileCandidate], *, current_spec_id: int, output_spec_id: int
+    files: Iterable[FileCandidate], *, current_spec_id: int, output_spec_id: int | None
 ) -> list[tuple[_BucketKey, list[FileCandidate]]]:
-    """Group files by ``(spec_id, partition)``; other specs than the output spec share one bucket."""
+    """Group files by ``(spec_id, partition)``; other specs than the output spec share one bucket
+    (``output_spec_id=None``: every file keeps its own spec's bucket)."""
     by_key: dict[_BucketKey, tuple[_BucketKey, list[FileCandidate]]] = {}
     for file in files:
-        if file.spec_id == output_spec_id:
+        if output_spec_id is None or file.spec_id == output_spec_id:
             key: _BucketKey = (file.spec_id, file.partition)
         else:
             key = (current_spec_id, ())
@@ -478,7 +484,7 @@ def _partition_token(partition: tuple[object, ...]) -> str:
 def _build_groups(
     selected: Sequence[tuple[_BucketKey, list[list[FileCandidate]]]],
     options: CompactionOptions,
-    output_spec_id: int,
+    output_spec_id: int | None,
 ) -> list[FileGroup]:
     groups: list[FileGroup] = []
     used_prefixes: set[str] = set()
@@ -503,7 +509,8 @@ def _build_groups(
                     input_bytes=input_bytes,
                     expected_output_files=expected_output_files(input_bytes, options),
                     split_size_bytes=_split_size(input_bytes, options),
-                    needs_repartition=any(file.spec_id != output_spec_id for file in files),
+                    needs_repartition=output_spec_id is not None
+                    and any(file.spec_id != output_spec_id for file in files),
                 )
             )
     return groups

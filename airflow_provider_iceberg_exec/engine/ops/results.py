@@ -25,15 +25,17 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, discard_payloads, uris_of
 from airflow_provider_iceberg_exec.engine.commit.snapshots import landed_snapshots
-from airflow_provider_iceberg_exec.engine.config import CompactionOptions
+from airflow_provider_iceberg_exec.engine.config import CompactionOptions, PositionDeleteOptions
 from airflow_provider_iceberg_exec.engine.contracts import (
     COMPACTION_RESULT,
     CONVERT_TASK_RESULT,
     COW_RESULT,
+    POSITION_DELETE_RESULT,
     REWRITE_RESULT,
     CompactionResult,
     ConvertResult,
     CowCommitResult,
+    RewritePositionDeletesResult,
 )
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitConflictError,
@@ -67,10 +69,12 @@ COMMITTERS: dict[str, tuple[str, str]] = {
     REWRITE_RESULT: ("compaction", "commit_compaction"),
     COW_RESULT: ("cow", "commit_cow_rewrite"),
     CONVERT_TASK_RESULT: ("convert", "commit_conversion"),
+    POSITION_DELETE_RESULT: ("position_deletes", "commit_position_delete_rewrite"),
 }
-#: result schemas whose missing results ``partial-progress.enabled`` tolerates (compaction's; never a
-#: copy-on-write result: committing the other tasks' removals would be a partial delete)
-PARTIAL_PROGRESS_SCHEMAS = frozenset({REWRITE_RESULT})
+#: result schemas whose missing results ``partial-progress.enabled`` tolerates (compaction's and
+#: position-delete compaction's; never a copy-on-write result: committing the other tasks' removals
+#: would be a partial delete)
+PARTIAL_PROGRESS_SCHEMAS = frozenset({REWRITE_RESULT, POSITION_DELETE_RESULT})
 _NAMED_AT_MOST = 10
 
 
@@ -176,7 +180,8 @@ def planned_tasks(planned: Sequence[Mapping[str, Any]] | None) -> list[PlannedTa
             count = doc.get("data_files_count", doc.get("file_count", 0))
             staged = str(doc["uri"]) if doc.get("uri") else None
         else:
-            count = len(doc.get("data_files", []) or [])
+            # A compaction task rewrites data files; a position-delete task, delete files.
+            count = len(doc.get("data_files", doc.get("delete_files", [])) or [])
             staged = None
         out.append(
             PlannedTask(
@@ -257,7 +262,7 @@ def decide_commit(
             f"{len(missing)} of {len(planned)} planned tasks delivered no result ({named}); {schema} results "
             "are committed all or nothing (a partial delete or update is never committed)",
         )
-    options = CompactionOptions.from_options(results[0].get("options"))
+    options = _partial_progress_options(schema, results[0].get("options"))
     if not options.partial_progress_enabled:
         return CommitDecision(
             missing,
@@ -276,6 +281,15 @@ def decide_commit(
             f"{options.max_failed_commits}: nothing committed",
         )
     return CommitDecision(missing, failed_files)
+
+
+def _partial_progress_options(
+    schema: str, options: Mapping[str, Any] | None
+) -> CompactionOptions | PositionDeleteOptions:
+    """The partial-progress options of a result's operation, read from its options."""
+    if schema == POSITION_DELETE_RESULT:
+        return PositionDeleteOptions.from_options(options)
+    return CompactionOptions.from_options(options)
 
 
 def results_table(
@@ -320,7 +334,7 @@ def commit_results(
     planned: Sequence[Mapping[str, Any]] | None = None,
     quiet_period: QuietPeriod | None = None,
     discard_staged: bool = True,
-) -> CompactionResult | CowCommitResult | ConvertResult:
+) -> CompactionResult | CowCommitResult | ConvertResult | RewritePositionDeletesResult:
     """Commit the delivered results of one run, with the rules of the module docstring.
 
     .. code-block:: python
@@ -383,7 +397,7 @@ def commit_results(
         importlib.import_module(f"airflow_provider_iceberg_exec.engine.ops.{module}"), function
     )
     extra = {"failed_data_files_count": decision.failed_data_files_count} if decision.missing else {}
-    result: CompactionResult | CowCommitResult | ConvertResult = committer(
+    result: CompactionResult | CowCommitResult | ConvertResult | RewritePositionDeletesResult = committer(
         table, resolved, commit_id=commit_id, **extra
     )
     if cleanup:

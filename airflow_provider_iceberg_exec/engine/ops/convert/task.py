@@ -30,6 +30,7 @@ from airflow_provider_iceberg_exec.engine.ops.convert.plan import ConvertOptions
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+    import pyarrow as pa
     from pyiceberg.table import Table
 
 __all__ = ["convert_task", "merged_position_deletes"]
@@ -72,9 +73,12 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
         writer = PositionDeleteWriter(
             io=table.io,
             location_provider=table.location_provider(),
-            spec_id=first.spec_id,
+            spec=specs[first.spec_id],
+            schema=schema,
             partition=first.partition,
             target_file_size_bytes=options.target_file_size_bytes,
+            properties=metadata.properties,
+            buffer_bytes=limits.writer_buffer_bytes,
             granularity=options.delete_granularity,
             file_prefix=f"{task['task_id']}-eq-to-pos",
         )
@@ -95,7 +99,7 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
                     if len(old) == delete.data_file.record_count:
                         positions = np.union1d(positions, old)
                         merged.add(delete.data_file.file_path)
-                writer.write(scanned.data_file.file_path, positions)
+                writer.write(_rows(scanned.data_file.file_path, positions))
             added = writer.close()
         except BaseException as err:
             writer.abort()
@@ -164,3 +168,13 @@ def _per_file(
         chunks.append(positions)
     if current is not None:
         yield files[current], np.concatenate(chunks)
+
+
+def _rows(path: str, positions: npt.NDArray[np.int64]) -> pa.RecordBatch:
+    """One data file's sorted positions as ``(file_path, pos)`` rows for the writer."""
+    import numpy as np
+    import pyarrow as pa
+
+    indices = pa.array(np.zeros(len(positions), dtype=np.int32))
+    paths = pa.DictionaryArray.from_arrays(indices, pa.array([path]))
+    return pa.record_batch({"file_path": paths.cast(pa.string()), "pos": pa.array(positions, pa.int64())})

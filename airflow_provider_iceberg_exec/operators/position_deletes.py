@@ -1,0 +1,278 @@
+"""Position-delete compaction (Spark's ``rewrite_position_delete_files``) as Airflow tasks.
+
+Merge-on-read writers (Spark's DELETE, UPDATE and MERGE in ``merge-on-read`` mode) add position delete
+files at every commit; this rewrites the small ones of each partition into a few, dropping the positions
+of data files that are no longer live. Format-version 2 tables only.
+
+Three tasks for tables of any size, the commit shared with compaction:
+
+>>> from airflow.sdk import DAG
+>>> from airflow_provider_iceberg_exec.operators.commit import CommitOperator
+>>> with DAG("position_deletes", schedule=None) as dag:
+...     plan = PositionDeletePlanOperator(task_id="plan", table="db.events")
+...     rewrite = PositionDeleteRewriteOperator.partial(
+...         task_id="rewrite", pool_slots=settings.default_pool_slots()
+...     ).expand(task_spec=plan.output)
+...     commit = CommitOperator(task_id="commit", results=rewrite.output, planned=plan.output)
+>>> sorted(dag.get_task("commit").upstream_task_ids)
+['plan', 'rewrite']
+
+and :class:`RewritePositionDeletesOperator`, one task that plans, rewrites and commits.
+
+The engine (``airflow_provider_iceberg_exec.engine.ops.position_deletes``) is imported inside
+``execute()`` so that parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_iceberg_exec import settings
+from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
+from airflow_provider_iceberg_exec.operators._common import (
+    ASSET_ALIAS,
+    PoolDefaultsPartial,
+    commit_id_from_context,
+    engine_errors,
+    normalize_options,
+    optional_text,
+    with_asset_alias,
+)
+from airflow_provider_iceberg_exec.operators.commit import emit_table_asset
+from airflow_provider_iceberg_exec.operators.compaction import BoundedRewriteOperator, stage_task_specs
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.contracts import (
+        PositionDeleteResult,
+        RewritePositionDeletesResult,
+    )
+
+__all__ = ["PositionDeletePlanOperator", "PositionDeleteRewriteOperator", "RewritePositionDeletesOperator"]
+
+
+class PositionDeletePlanOperator(BaseOperator):
+    """Plan a position-delete rewrite: group each partition's position delete files; one spec per group.
+
+    The returned list is meant for dynamic task mapping
+    (``PositionDeleteRewriteOperator.partial(...).expand(task_spec=plan.output)``). An empty list means
+    there is nothing to do (no position delete files, or none the options select). Past
+    ``payload_file_threshold`` files the specs are staged as JSON files and XCom carries references.
+
+    :param table: the table, ``"namespace.table"`` (templated).
+    :param where: a PyIceberg row filter selecting the partitions considered (templated).
+    :param options: Spark's ``rewrite_position_delete_files`` options, e.g. ``{"min-input-files": "2"}``;
+        empty values are dropped; a JSON object string is accepted (templated).
+    :param branch: the branch (templated).
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection of the catalog (templated).
+    :param payload_file_threshold: above this many files the specs are staged in files; default
+        ``[iceberg_exec] payload_file_threshold``.
+    """
+
+    template_fields: Sequence[str] = ("table", "where", "options", "branch", "iceberg_exec_conn_id")
+    template_fields_renderers = {"options": "json", "where": "sql"}
+    ui_color = "#e3d5f5"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        where: str | None = None,
+        options: Mapping[str, Any] | str | None = None,
+        branch: str = "main",
+        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+        payload_file_threshold: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.where = where
+        self.options = options
+        self.branch = branch
+        self.iceberg_exec_conn_id = iceberg_exec_conn_id
+        self.payload_file_threshold = payload_file_threshold
+
+    @cached_property
+    def hook(self) -> IcebergExecHook:
+        """The catalog hook, built after the templates are rendered."""
+        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
+        from airflow_provider_iceberg_exec.engine.ops.position_deletes import plan_position_delete_rewrite
+
+        with engine_errors():
+            table = self.hook.load_table(self.table)
+            plan = plan_position_delete_rewrite(
+                table,
+                where=optional_text(self.where),
+                options=normalize_options(self.options),
+                branch=optional_text(self.branch) or "main",
+            )
+            self.log.info(
+                "Planned %s groups over %s position delete files of %s at snapshot %s",
+                len(plan["tasks"]),
+                sum(len(t["delete_files"]) for t in plan["tasks"]),
+                plan["table"],
+                plan["base_snapshot_id"],
+            )
+            threshold = (
+                settings.payload_file_threshold()
+                if self.payload_file_threshold is None
+                else int(self.payload_file_threshold)
+            )
+            return stage_task_specs(
+                self, context, table, plan["tasks"], threshold=threshold, part_prefix="posdel-group-"
+            )
+
+
+class PositionDeleteRewriteOperator(BoundedRewriteOperator):
+    """Rewrite one planned group of position delete files in one bounded-memory execution.
+
+    Mapped over the plan; returns the engine's result (the new delete files as DataFile JSON). Nothing
+    is committed: the :class:`~airflow_provider_iceberg_exec.operators.commit.CommitOperator` commits
+    every group's result. Parameters as
+    :class:`~airflow_provider_iceberg_exec.operators.compaction.CompactionRewriteOperator`.
+    """
+
+    ui_color = "#c9b3eb"
+    result_name_prefix = "result-posdel-group-"
+
+    def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> PositionDeleteResult:
+        """Rewrite the group (engine ``execute_position_delete_task``)."""
+        from airflow_provider_iceberg_exec.engine.ops.position_deletes import execute_position_delete_task
+
+        return execute_position_delete_task(table, spec, limits)
+
+    def log_start(self, table_name: str, spec: Mapping[str, Any], limits: ResourceLimits) -> None:
+        """Log the group, its files and the memory limit."""
+        self.log.info(
+            "Rewriting position delete group %s (commit batch %s) of %s: %s files, %s bytes, memory limit %s",
+            spec.get("group_id"),
+            spec.get("commit_batch"),
+            table_name,
+            len(spec.get("delete_files", []) or []),
+            spec.get("input_bytes"),
+            limits.memory_limit_bytes,
+        )
+
+    def log_result(self, result: Mapping[str, Any]) -> None:
+        """Log files and positions read and written."""
+        self.log.info(
+            "Group %s done: %s delete files (%s positions) into %s files (%s positions); %s dangling and %s "
+            "repeated positions dropped; peak RSS %s bytes, spilled %s bytes",
+            result["group_id"],
+            len(result["rewritten_delete_files"]),
+            result["rewritten_records"],
+            len(result["added_delete_files"]),
+            result["added_records"],
+            result["dangling_records"],
+            result["duplicate_records"],
+            result["peak_rss_bytes"],
+            result["spilled_bytes"],
+        )
+
+
+class RewritePositionDeletesOperator(BaseOperator):
+    """Rewrite a table's position delete files in one task: plan, rewrite every group, commit.
+
+    The commit id derives from the DAG, run and task, so a retry after a commit that landed reports it
+    and succeeds; the table's asset is emitted through the ``iceberg-exec-commits`` asset alias when a
+    snapshot lands. Nothing to rewrite is a normal, empty result. Bad input (an unknown option, a v1
+    table) fails the task without retry, with a one-line reason, and leaves the table unchanged.
+
+    :param table: the table, ``"namespace.table"`` (templated).
+    :param where: a PyIceberg row filter selecting the partitions considered (templated).
+    :param options: Spark's ``rewrite_position_delete_files`` options (templated).
+    :param branch: the branch (templated).
+    :param memory_limit: the execution's memory limit; default ``[iceberg_exec] memory_limit`` (templated).
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
+    :param commit_id: overrides the derived commit id (templated).
+    :param asset_alias: the asset alias the table's asset is emitted through; ``None`` for none.
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "where",
+        "options",
+        "branch",
+        "memory_limit",
+        "iceberg_exec_conn_id",
+        "commit_id",
+    )
+    template_fields_renderers = {"options": "json", "where": "sql"}
+    partial = PoolDefaultsPartial()
+    ui_color = "#b39ddb"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        where: str | None = None,
+        options: Mapping[str, Any] | str | None = None,
+        branch: str = "main",
+        memory_limit: str | int | None = None,
+        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+        commit_id: str | None = None,
+        asset_alias: str | None = ASSET_ALIAS,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            outlets=with_asset_alias(kwargs.pop("outlets", None), asset_alias),
+            pool=pool if pool is not None else settings.default_pool(),
+            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
+            **kwargs,
+        )
+        self.table = table
+        self.where = where
+        self.options = options
+        self.branch = branch
+        self.memory_limit = memory_limit
+        self.iceberg_exec_conn_id = iceberg_exec_conn_id
+        self.commit_id = commit_id
+        self.asset_alias = asset_alias
+
+    @cached_property
+    def hook(self) -> IcebergExecHook:
+        """The catalog hook, built after the templates are rendered."""
+        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
+
+    def execute(self, context: Context) -> RewritePositionDeletesResult:
+        """Plan, rewrite and commit; return the result JSON (Spark's result names)."""
+        from airflow_provider_iceberg_exec.engine.ops.position_deletes import rewrite_position_deletes
+
+        with engine_errors():
+            commit_id = optional_text(self.commit_id) or commit_id_from_context(
+                context, task_id=self.task_id, dag_id=self.dag_id
+            )
+            limits = settings.resource_limits(self.memory_limit)
+            result = rewrite_position_deletes(
+                self.hook.load_table(self.table),
+                where=optional_text(self.where),
+                options=normalize_options(self.options),
+                branch=optional_text(self.branch) or "main",
+                limits=limits,
+                commit_id=commit_id,
+            )
+        self.log.info(
+            "%s %s: %s position delete files (%s bytes) rewritten into %s (%s bytes); %s dangling positions "
+            "dropped; snapshots %s",
+            "Already committed" if result["already_committed"] else "Committed",
+            self.table,
+            result["rewritten_delete_files_count"],
+            result["rewritten_bytes_count"],
+            result["added_delete_files_count"],
+            result["added_bytes_count"],
+            result["dangling_records"],
+            result["snapshot_ids"],
+        )
+        emit_table_asset(self, context, catalog=self.hook.catalog_name, table=self.table, result=result)
+        return result
