@@ -270,7 +270,13 @@ def added_files(metadata_location: str, pristine_location: str) -> dict[str, int
 
 
 def _disk_bytes(directory: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, n)) for d, _dirs, names in os.walk(directory) for n in names)
+    """Bytes of the files under ``directory``, without Hadoop's ``.<name>.crc`` checksum files."""
+    return sum(
+        os.path.getsize(os.path.join(d, n))
+        for d, _dirs, names in os.walk(directory)
+        for n in names
+        if not (n.startswith(".") and n.endswith(".crc"))
+    )
 
 
 def _measure_written(result: dict[str, Any], dataset: dict[str, Any]) -> None:
@@ -295,7 +301,7 @@ def _verify(
     """Spark reads every result that ran; returns (failures, notes)."""
     failures: list[str] = []
     notes: list[str] = []
-    ran = [r for r in results if not r.get("skipped")]
+    ran = [r for r in results if _ran(r)]
     checked = {v["case"]: v for v in MOR.spark_read(ran, CASES, args, stamp)}
     for r in ran:
         MOR._judge_spark_read(
@@ -316,14 +322,25 @@ def _verify(
                 f"{r['bytes_on_disk_under_data']}"
             )
     notes.extend(f"{r['case']}: {r['skipped']}" for r in results if r.get("skipped"))
+    failures.extend(f"{r['case']}: {r['error']}" for r in results if r.get("error"))
     if any(c in {r["case"] for r in results} for c in (CONVERT, CHAIN)):
         notes.append(NO_SPARK_CONVERSION)
     return failures, notes
 
 
+def _ran(r: dict[str, Any] | None) -> bool:
+    """Whether a case ran to its end (neither skipped nor failed)."""
+    return r is not None and not r.get("skipped") and not r.get("error")
+
+
 def _run(case: str, dataset: dict[str, Any], args: argparse.Namespace, stamp: str) -> dict[str, Any]:
     print(f"running {case} ...", flush=True)
-    result: dict[str, Any] = MOR.run_case(case, dataset, args, stamp, 1, SCRIPT)
+    try:
+        result: dict[str, Any] = MOR.run_case(case, dataset, args, stamp, 1, SCRIPT)
+    except RuntimeError as error:  # a failed child: the run goes on, and exits 1 at its end
+        print(f"  {case}: FAILED ({error}; its traceback is above)", flush=True)
+        run_dir = os.path.join(os.path.abspath(args.out), "runs", f"{stamp}-{case}-1")
+        return {"case": case, "error": str(error), "run_dir": run_dir}
     if result.get("skipped"):
         print(f"  {case}: {result['skipped']}", flush=True)
         return result
@@ -413,7 +430,7 @@ def _labels(report: dict[str, Any]) -> dict[str, str]:
 
 def _against(r: dict[str, Any], base: dict[str, Any] | None, what: tuple[str, ...]) -> str:
     """``value / base's value`` for each figure in ``what``, ``-`` without a base."""
-    if not base or base.get("skipped"):
+    if base is None or not _ran(base):
         return "-"
     return " / ".join(MOR._ratio(r.get(k), base.get(k)) for k in what)
 
@@ -429,8 +446,9 @@ def _rss(r: dict[str, Any], limit: int) -> str:
 
 
 def _row(r: dict[str, Any], label: str, by: dict[str, dict[str, Any]], limit: int) -> str:
-    if r.get("skipped"):
-        return f"| {label} | {r['skipped']} " + "| " * 11 + "|"
+    if not _ran(r):
+        what = "skipped (see the notes)" if r.get("skipped") else "**FAILED**"
+        return f"| {label} | {what} " + "| " * 11 + "|"
     v = r.get("verify")
     check = "-" if v is None else ("match" if v["matches"] else "**MISMATCH**")
     left = "-" if v is None else (", ".join(f"{n} {k}" for k, n in v["delete_files"].items()) or "0")
@@ -466,11 +484,11 @@ def _headline(by: dict[str, dict[str, Any]]) -> list[str]:
     lines = []
     for case in (CONVERT, CHAIN):
         r = by.get(case)
-        if not r or r.get("skipped"):
+        if not _ran(r):
             continue
         for full in (OURS_FULL, SPARK_FULL):
             base = by.get(full)
-            if base and not base.get("skipped"):
+            if _ran(base):
                 lines.append(
                     f"- {case} / {full}: time {_against(r, base, ('seconds',))}, "
                     f"bytes written {_against(r, base, ('bytes_written',))}, "
