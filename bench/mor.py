@@ -57,6 +57,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from typing import Any
 
 MiB = 1024 * 1024
@@ -483,6 +484,20 @@ def worker_spark(metadata_location: str, run_dir: str, driver_memory: str) -> di
     sequence numbers. (Also with ``use-starting-sequence-number=false``; a second ``rewrite_data_files``
     drops them: checked at 500,000 rows.) The bench reports them and does not fail on them.
     """
+    options = {
+        "rewrite-all": "true",
+        "target-file-size-bytes": str(TARGET_FILE_SIZE),
+        "remove-dangling-deletes": "true",
+    }
+    return spark_procedure(metadata_location, run_dir, driver_memory, "rewrite_data_files", options)
+
+
+def spark_procedure(
+    metadata_location: str, run_dir: str, driver_memory: str, procedure: str, options: dict[str, str]
+) -> dict[str, Any]:
+    """``CALL spark_cat.system.<procedure>(table => 'db.events', options => map(...))`` on a Hadoop
+    catalog table opened at ``metadata_location``, new files under ``<run_dir>/data``; time = the CALL.
+    """
     from pyspark import SparkContext
 
     from tests.interop.spark import metadata_location as current_metadata
@@ -500,14 +515,9 @@ def worker_spark(metadata_location: str, run_dir: str, driver_memory: str) -> di
         raise RuntimeError(f"the gateway process is {jvm_cmd}, not the JVM")
     t = _ident()
     spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('write.data.path'='file://{run_dir}/data')")
-    options = {
-        "rewrite-all": "true",
-        "target-file-size-bytes": str(TARGET_FILE_SIZE),
-        "remove-dangling-deletes": "true",
-    }
     opts = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
     call = (
-        f"CALL spark_cat.system.rewrite_data_files(table => '{SPARK_NAMESPACE}.{SPARK_TABLE}', "
+        f"CALL spark_cat.system.{procedure}(table => '{SPARK_NAMESPACE}.{SPARK_TABLE}', "
         f"options => map({opts}))"
     )
     t1 = time.monotonic()
@@ -587,9 +597,10 @@ def worker(args: argparse.Namespace) -> Any:
 # ------------------------------------------------------------------------------------- orchestration
 
 
-def run_child(argv: list[str], out: str, result_path: str) -> dict[str, Any]:
-    """Run this script as a child; its result, wall and CPU seconds and peak RSS (``wait4``)."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--out", out, "--result", result_path, *argv]
+def run_child(argv: list[str], out: str, result_path: str, script: str | None = None) -> dict[str, Any]:
+    """Run this script (or ``script``) as a child; its result, wall and CPU seconds and peak RSS
+    (``wait4``)."""
+    cmd = [sys.executable, script or os.path.abspath(__file__), "--out", out, "--result", result_path, *argv]
     if os.path.exists(result_path):
         os.remove(result_path)
     root = os.environ.get(CB.CODE_ROOT_ENV, REPO)
@@ -614,8 +625,14 @@ def run_child(argv: list[str], out: str, result_path: str) -> dict[str, Any]:
 
 
 def run_case(
-    case: str, dataset: dict[str, Any], args: argparse.Namespace, stamp: str, rep: int
+    case: str,
+    dataset: dict[str, Any],
+    args: argparse.Namespace,
+    stamp: str,
+    rep: int,
+    script: str | None = None,
 ) -> dict[str, Any]:
+    """One case in its own child (``script``'s, this one's by default) on a new run directory."""
     out = os.path.abspath(args.out)
     run_dir = os.path.join(out, "runs", f"{stamp}-{case}-{rep}")
     os.makedirs(run_dir)
@@ -625,6 +642,7 @@ def run_case(
         [case, "--run-dir", run_dir, "--memory-limit", str(args.memory_limit), *_shape_argv(args)],
         out,
         os.path.join(run_dir, "result.json"),
+        script,
     )
     result = measured.pop("result")
     if case.startswith("spark"):
@@ -709,42 +727,63 @@ def _describe(dataset: dict[str, Any], limit: int) -> bool:
 
 
 def _judge_spark_read(
-    r: dict[str, Any], v: dict[str, Any], dataset: dict[str, Any], failures: list[str], notes: list[str]
+    r: dict[str, Any],
+    v: dict[str, Any],
+    dataset: dict[str, Any],
+    failures: list[str],
+    notes: list[str],
+    forbidden: Collection[str] | None = None,
+    may_leave: Collection[str] = MAY_LEAVE_DELETES,
 ) -> None:
-    """Record what Spark read of one case's result ``r``: rows and checksum, delete files left."""
+    """Record what Spark read of one case's result ``r``: rows and checksum, delete files left.
+
+    ``forbidden``: the kinds of delete file (``position``, ``equality``) that must not be left, every
+    kind by default; a case in ``may_leave`` gets a note instead of a failure.
+    """
     v["matches"] = (v["rows"], v["checksum"]) == (dataset["live_rows"], dataset["checksum"])
     r["verify"] = v
     if not v["matches"]:
         failures.append(f"{r['case']}: Spark reads {v['rows']} rows / {v['checksum']}")
-    if v["delete_files"] and r["case"] in MAY_LEAVE_DELETES:
+    left = {k: n for k, n in v["delete_files"].items() if forbidden is None or k in forbidden}
+    if left and r["case"] in may_leave:
         notes.append(f"{r['case']}: delete files left in the new snapshot {v['delete_files']}")
-    elif v["delete_files"]:
+    elif left:
         failures.append(f"{r['case']}: delete files left {v['delete_files']}")
+
+
+def spark_read(
+    results: list[dict[str, Any]], cases: Collection[str], args: argparse.Namespace, stamp: str
+) -> list[dict[str, Any]]:
+    """One Spark child (this script's ``verify``) reads the result of every case in ``cases``."""
+    out = os.path.abspath(args.out)
+    to_verify = [
+        {"case": r["case"], "metadata_location": r["metadata_location"]}
+        for r in results
+        if r["case"] in cases
+    ]
+    if not to_verify:
+        return []
+    print("verifying with Spark ...", flush=True)
+    listing = os.path.join(out, "runs", f"{stamp}-verify.json")
+    with open(listing, "w") as f:
+        json.dump(to_verify, f)
+    argv = ["verify", "--described", listing, *_shape_argv(args)]
+    measured = run_child(argv, out, os.path.join(out, "runs", f"{stamp}-v.json"))
+    checked: list[dict[str, Any]] = measured["result"]
+    return checked
 
 
 def _verify(
     results: list[dict[str, Any]], dataset: dict[str, Any], args: argparse.Namespace, stamp: str
 ) -> tuple[list[str], list[str]]:
     """Spark reads every Iceberg result; returns (failures, notes)."""
-    out = os.path.abspath(args.out)
     failures: list[str] = []
     notes: list[str] = []
-    to_verify = [
-        {"case": r["case"], "metadata_location": r["metadata_location"]}
-        for r in results
-        if r["case"] in ICEBERG_CASES
-    ]
-    if to_verify:
-        print("verifying with Spark ...", flush=True)
-        listing = os.path.join(out, "runs", f"{stamp}-verify.json")
-        with open(listing, "w") as f:
-            json.dump(to_verify, f)
-        argv = ["verify", "--described", listing, *_shape_argv(args)]
-        checked = run_child(argv, out, os.path.join(out, "runs", f"{stamp}-v.json"))["result"]
-        for r in results:
-            for v in checked:
-                if v["case"] == r["case"]:
-                    _judge_spark_read(r, v, dataset, failures, notes)
+    checked = spark_read(results, ICEBERG_CASES, args, stamp)
+    for r in results:
+        for v in checked:
+            if v["case"] == r["case"]:
+                _judge_spark_read(r, v, dataset, failures, notes)
     limit = args.memory_limit * MiB
     for r in results:
         if r.get("stray_files_in_pristine_tree"):
@@ -759,6 +798,28 @@ def _verify(
     return failures, notes
 
 
+def snapshot_code(out: str, stamp: str) -> None:
+    """Others may edit the package while the cases run: the children import a copy of it."""
+    snapshot = os.path.join(out, "code", stamp)
+    shutil.copytree(
+        os.path.join(REPO, "airflow_provider_iceberg_exec"),
+        os.path.join(snapshot, "airflow_provider_iceberg_exec"),
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    os.environ[CB.CODE_ROOT_ENV] = snapshot
+
+
+def report_header(dataset: dict[str, Any]) -> dict[str, Any]:
+    """Date, command, machine, versions and the dataset's description: the head of a run's JSON."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "machine": CB._machine(),
+        "versions": CB._versions(),
+        "dataset": {k: v for k, v in dataset.items() if k != "files_on_disk"},
+    }
+
+
 def orchestrate(args: argparse.Namespace) -> int:
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -771,20 +832,9 @@ def orchestrate(args: argparse.Namespace) -> int:
     keys_exceed = _describe(dataset, limit)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if not args.no_snapshot:
-        # Others may edit the package while the cases run: the children import this copy of it.
-        snapshot = os.path.join(out, "code", stamp)
-        shutil.copytree(
-            os.path.join(REPO, "airflow_provider_iceberg_exec"),
-            os.path.join(snapshot, "airflow_provider_iceberg_exec"),
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
-        os.environ[CB.CODE_ROOT_ENV] = snapshot
+        snapshot_code(out, stamp)
     report: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join([sys.executable, *sys.argv]),
-        "machine": CB._machine(),
-        "versions": CB._versions(),
-        "dataset": {k: v for k, v in dataset.items() if k != "files_on_disk"},
+        **report_header(dataset),
         "settings": {
             "memory_limit_bytes": limit,
             "keys_exceed_memory_limit": keys_exceed,
@@ -824,9 +874,10 @@ def orchestrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser(description: str, default_out: str, cases: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The command line of this script, shared by the benchmarks that reuse its table."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rows", type=int, default=20_000_000)
     parser.add_argument("--files", type=int, default=400)
@@ -836,15 +887,19 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-limit", type=int, default=64, help="our engine's memory limit, MiB (default 64)"
     )
     parser.add_argument("--spark-driver-memory", default="4g", help="spark.driver.memory (default 4g)")
-    parser.add_argument("--out", default=os.path.join(HERE, "out", "mor"), help="cache and results")
-    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
+    parser.add_argument("--out", default=default_out, help="cache and results")
+    parser.add_argument("--cases", default=",".join(cases), help=f"comma-separated, from {', '.join(cases)}")
     parser.add_argument("--keep", action="store_true", help="keep each run's catalog and files")
     parser.add_argument("--no-snapshot", action="store_true", help="import the package from the work tree")
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", help=argparse.SUPPRESS)
     parser.add_argument("--described", help=argparse.SUPPRESS)
     parser.add_argument("action", nargs="?", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser(__doc__ or "", os.path.join(HERE, "out", "mor"), CASES).parse_args(argv)
     if args.action is None:
         return orchestrate(args)
     result = worker(args)
