@@ -313,3 +313,34 @@ def test_bad_input_is_one_line_and_changes_nothing(catalog: SqlCatalog, tmp_path
     with pytest.raises(ConfigurationError, match="format version 1") as err:
         rewrite_position_deletes(v1)
     assert "\n" not in str(err.value)
+
+
+def test_many_positions_with_long_paths_sort_under_the_smallest_limit(
+    catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    """200 delete files naming 40 data files by ~130-byte paths (26 MB of rows) under 32 MiB: the sort
+    runs on data file ordinals, not on the paths (on the paths the merge ran out of its pool)."""
+    from airflow_provider_iceberg_exec.engine.config import MIN_MEMORY_LIMIT_BYTES
+    from tests.integration.maintenance_support import (
+        commit_delete_files,
+        create_table,
+        rows,
+        write_position_deletes,
+    )
+
+    table = create_table(catalog, "ns.long_paths")
+    for i in range(40):
+        table.append(rows(i * 50_000, 50_000, "a"))
+    paths = [f["file_path"] for f in table.inspect.files().to_pylist()]
+    commit_delete_files(
+        table,
+        [write_position_deletes(table, p, list(range(j, 50_000, 50)), "a") for p in paths for j in range(5)],
+    )
+    before = live_checksum(table)
+    tight = ResourceLimits(memory_limit_bytes=MIN_MEMORY_LIMIT_BYTES, spill_dir=str(tmp_path / "spill"))
+
+    result = rewrite_position_deletes(table, options={"rewrite-all": "true"}, limits=tight)
+
+    assert result["rewritten_delete_files_count"] == 200
+    assert result["added_delete_files_count"] == 40
+    assert live_checksum(table) == before

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_iceberg_exec.engine.config import PositionDeleteOptions, ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import POSITION_DELETE_RESULT, PositionDeleteResult
 from airflow_provider_iceberg_exec.engine.deletes.positions import (
-    FILE_PATH_FIELD_ID,
-    POS_FIELD_ID,
     iter_position_delete_rows,
 )
 from airflow_provider_iceberg_exec.engine.documents import check_base_snapshot, check_position_delete_task
@@ -36,10 +34,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the two columns sorted on, as a schema the sort understands
+#: the two columns sorted on, as a schema the sort understands: the data file's ordinal among the
+#: group's live data files in path order (4 bytes, not a 100-byte path: the sort's merge under a small
+#: pool ran out of memory on paths), then the position
 _SORT_KEYS = (
-    SortKey("file_path", FILE_PATH_FIELD_ID, "identity"),
-    SortKey("pos", POS_FIELD_ID, "identity"),
+    SortKey("ord", 1, "identity"),
+    SortKey("pos", 2, "identity"),
 )
 
 
@@ -81,12 +81,17 @@ def execute_position_delete_task(
     group_id = str(task["group_id"])
     counts = _Counts()
     with track_resources(limits) as (spill_dir, stats):
+        import pyarrow as pa
         from pyiceberg.table.locations import load_location_provider
 
         try:
-            rows = _live_positions(table, inputs, live, limits, counts)
+            paths = pa.array(sorted(live), pa.string())
+            rows = _live_positions(table, inputs, live, paths, limits, counts)
             ordered = _unique(
-                sort_for_output(rows, _SORT_KEYS, _UNPARTITIONED, _SORT_SCHEMA, limits, spill_dir), counts
+                _with_paths(
+                    sort_for_output(rows, _SORT_KEYS, _UNPARTITIONED, _SORT_SCHEMA, limits, spill_dir), paths
+                ),
+                counts,
             )
             added = write_position_deletes(
                 table.io,
@@ -127,11 +132,11 @@ def _inputs(task: Mapping[str, Any], specs: Mapping[int, Any], schema: Any) -> l
 
 def _sort_schema() -> Any:
     from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
+    from pyiceberg.types import IntegerType, LongType, NestedField
 
     return Schema(
-        NestedField(FILE_PATH_FIELD_ID, "file_path", StringType(), required=True),
-        NestedField(POS_FIELD_ID, "pos", LongType(), required=True),
+        NestedField(1, "ord", IntegerType(), required=True),
+        NestedField(2, "pos", LongType(), required=True),
     )
 
 
@@ -149,10 +154,12 @@ def _live_positions(
     table: Table,
     inputs: Sequence[ScannedDelete],
     live: Mapping[str, int],
+    paths: pa.Array,
     limits: ResourceLimits,
     counts: _Counts,
 ) -> Iterator[pa.RecordBatch]:
-    """Every position of the inputs that deletes a row of a live data file it applied to.
+    """Every position of the inputs that deletes a row of a live data file it applied to, as ``(ord,
+    pos)``: ``ord`` the data file's index in ``paths`` (the live data files, sorted).
 
     A position is kept when its ``file_path`` is a live data file at the base whose data sequence number
     is not above the input's (the output carries the largest input's number: a position must not come
@@ -179,9 +186,18 @@ def _live_positions(
             kept = batch.filter(pc.is_in(batch.column(0), value_set=allowed))
             counts.dangling += batch.num_rows - kept.num_rows
             if kept.num_rows:
-                yield kept
+                ords = pc.index_in(kept.column(0), value_set=paths).cast(pa.int32())
+                yield pa.record_batch({"ord": ords, "pos": kept.column(1)})
         counts.read += read
         counts.per_file[delete_file.file_path] = read
+
+
+def _with_paths(batches: Iterator[pa.RecordBatch], paths: pa.Array) -> Iterator[pa.RecordBatch]:
+    """Sorted ``(ord, pos)`` rows back as ``(file_path, pos)``."""
+    import pyarrow as pa
+
+    for batch in batches:
+        yield pa.record_batch({"file_path": paths.take(batch.column(0)), "pos": batch.column(1)})
 
 
 def _unique(batches: Iterator[pa.RecordBatch], counts: _Counts) -> Iterator[pa.RecordBatch]:

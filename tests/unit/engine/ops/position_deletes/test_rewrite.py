@@ -42,9 +42,10 @@ def _kept(tmp_path: Path, inputs: list[ScannedDelete], live: dict[str, int]) -> 
     counts = _Counts()
     table = SimpleNamespace(io=PyArrowFileIO())
     limits = ResourceLimits(spill_dir=str(tmp_path / "spill"))
+    paths = pa.array(sorted(live), pa.string())
     rows = [
-        (r["file_path"], r["pos"])
-        for b in _live_positions(table, inputs, live, limits, counts)  # type: ignore[arg-type]
+        (paths[r["ord"]].as_py(), r["pos"])
+        for b in _live_positions(table, inputs, live, paths, limits, counts)  # type: ignore[arg-type]
         for r in b.to_pylist()
     ]
     return rows, counts
