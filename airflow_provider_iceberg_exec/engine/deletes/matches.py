@@ -89,8 +89,10 @@ def equality_matches(
     partitions: dict[tuple[int, str], int] = {}
     out = StagedParquet(os.path.join(spill_dir, "eq-matches"))
     try:
-        for (ids, is_global), kind in sorted(equality_kinds(selected, unpartitioned).items()):
-            side = _Kind(ids, is_global, {d.data_file.file_path for d in kind})
+        for number, ((ids, is_global), kind) in enumerate(
+            sorted(equality_kinds(selected, unpartitioned).items())
+        ):
+            side = _Kind(number, ids, is_global, {d.data_file.file_path for d in kind})
             _match_kind(io, metadata, selected, kind, side, partitions, limits, spill_dir, out, stats)
         if not out.close():
             return
@@ -101,8 +103,9 @@ def equality_matches(
 
 @dataclass(frozen=True)
 class _Kind:
-    """One kind of equality deletes: its sorted equality ids, whether global, and its delete paths."""
+    """One kind of equality deletes: its number, sorted equality ids, whether global, and delete paths."""
 
+    number: int
     ids: tuple[int, ...]
     is_global: bool
     paths: set[str]
@@ -143,7 +146,7 @@ def _match_kind(
 
     key_fields = key_fields_of(metadata, side.ids)
     key_schema = Schema(*key_fields)
-    number = len(os.listdir(spill_dir)) if os.path.isdir(spill_dir) else 0
+    number = side.number
     data = StagedParquet(os.path.join(spill_dir, f"eq-keys-d{number}"))
     keys = StagedParquet(os.path.join(spill_dir, f"eq-keys-e{number}"))
     try:
