@@ -6,8 +6,9 @@ a partition id; the equality deletes' keys with their sequence number and partit
 semi-joins the two sides (sort-merge, which spills), split first into buckets by key hash when a side
 is larger than the join's budget (:func:`~.equality.bucket_pairs`). The spec's rules (6.2) hold per
 pair: keys equal null-safely, ``seq(delete) > seq(data)``, same spec and partition unless the delete is
-global. The matched ``(ordinal, position)`` pairs are sorted by DataFusion's external sort and
-streamed, per data file and in position order, without ever holding them all.
+global. The matched ``(ordinal, position)`` pairs are sorted by :mod:`~.io.position_sort` (in memory,
+or by ordinal range through files) and streamed, per data file and in position order, without ever
+holding them all.
 
 Rows already deleted by a position delete or a deletion vector are not staged: they are not live.
 """
@@ -29,6 +30,7 @@ from airflow_provider_iceberg_exec.engine.deletes.equality import (
     key_fields_of,
 )
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
+from airflow_provider_iceberg_exec.engine.io.position_sort import ORD, POS, sorted_positions
 from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged, remove_staged
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile
@@ -96,7 +98,7 @@ def equality_matches(
             _match_kind(io, metadata, selected, kind, side, partitions, limits, spill_dir, out, stats)
         if not out.close():
             return
-        yield from _sorted_matches(out.path, limits, spill_dir, stats)
+        yield from _sorted_matches(out, limits, spill_dir, stats)
     finally:
         out.remove()
 
@@ -278,7 +280,10 @@ def _semi_join(
     if not side.is_global:
         conditions.append(f'(d."{_PART}" = e."{_PART}")')
     conditions.append(f'(e."{_SEQ}" > d."{_SEQ}")')
-    query = f'SELECT d."{_ORD}", d."{_POS}" FROM d LEFT SEMI JOIN e ON {" AND ".join(conditions)}'
+    query = (
+        f'SELECT d."{_ORD}" AS "{ORD}", d."{_POS}" AS "{POS}" '
+        f"FROM d LEFT SEMI JOIN e ON {' AND '.join(conditions)}"
+    )
     for chunk in ctx.sql(query).execute_stream():
         batch = chunk.to_pyarrow()
         if batch.num_rows:
@@ -286,29 +291,10 @@ def _semi_join(
 
 
 def _sorted_matches(
-    path: str, limits: ResourceLimits, spill_dir: str, stats: MatchStats
+    out: StagedParquet, limits: ResourceLimits, spill_dir: str, stats: MatchStats
 ) -> Iterator[tuple[int, npt.NDArray[np.int64]]]:
-    """Stream the staged matches sorted by (ordinal, position), each pair once, chunked per ordinal."""
-    import numpy as np
-
-    ctx = join_session(limits, spill_dir)
-    register_staged(ctx, "m", path)
-    last: tuple[int, int] | None = None
-    for chunk in ctx.sql(f'SELECT "{_ORD}", "{_POS}" FROM m ORDER BY 1, 2').execute_stream():
-        batch = chunk.to_pyarrow()
-        if not batch.num_rows:
-            continue
-        ords = batch.column(0).to_numpy().astype(np.int64)
-        positions = batch.column(1).to_numpy().astype(np.int64)
-        # Two kinds of deletes may match one row: drop repeats, within and across chunks.
-        keep = np.ones(len(ords), dtype=bool)
-        keep[1:] = (ords[1:] != ords[:-1]) | (positions[1:] != positions[:-1])
-        if last is not None and (ords[0], positions[0]) == last:
-            keep[0] = False
-        last = (int(ords[-1]), int(positions[-1]))
-        ords, positions = ords[keep], positions[keep]
-        bounds = np.flatnonzero(np.diff(ords)) + 1
-        for start, end in zip([0, *bounds], [*bounds, len(ords)], strict=True):
-            if end > start:
-                stats.matched_rows += int(end - start)
-                yield int(ords[start]), positions[start:end]
+    """Stream the staged matches sorted by (ordinal, position), each pair once (two kinds of deletes may
+    match one row), one item per data file."""
+    for ordinal, positions in sorted_positions(out, limits, spill_dir):
+        stats.matched_rows += len(positions)
+        yield ordinal, positions

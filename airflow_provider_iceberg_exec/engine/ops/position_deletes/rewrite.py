@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,8 +20,9 @@ from airflow_provider_iceberg_exec.engine.io.position_delete_writer import (
     DeleteGranularity,
     write_position_deletes,
 )
+from airflow_provider_iceberg_exec.engine.io.position_sort import ORD, POS, sorted_positions
 from airflow_provider_iceberg_exec.engine.io.session import resource_error, track_resources
-from airflow_provider_iceberg_exec.engine.io.sorting import SortKey, sort_for_output
+from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json, data_file_to_json
 from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete
@@ -33,14 +35,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
-
-#: the two columns sorted on, as a schema the sort understands: the data file's ordinal among the
-#: group's live data files in path order (4 bytes, not a 100-byte path: the sort's merge under a small
-#: pool ran out of memory on paths), then the position
-_SORT_KEYS = (
-    SortKey("ord", 1, "identity"),
-    SortKey("pos", 2, "identity"),
-)
 
 
 @dataclass
@@ -60,7 +54,7 @@ def execute_position_delete_task(
 
     Every position of every input is read; those naming a data file that is not live at the base, or
     one the input did not apply to (a data sequence number above the input's), are dropped as dangling.
-    The rest are sorted by ``file_path`` and ``pos`` in DataFusion (spilling), repeated positions are
+    The rest are sorted by data file and position (:mod:`~.io.position_sort`), repeated positions are
     dropped, and the rows are written in the group's spec and partition with the table's delete
     granularity, rolled at Java's ``maxOutputFileSize``. On any failure every file written is removed.
 
@@ -86,13 +80,11 @@ def execute_position_delete_task(
 
         try:
             paths = pa.array(sorted(live), pa.string())
-            rows = _live_positions(table, inputs, live, paths, limits, counts)
-            ordered = _unique(
-                _with_paths(
-                    sort_for_output(rows, _SORT_KEYS, _UNPARTITIONED, _SORT_SCHEMA, limits, spill_dir), paths
-                ),
-                counts,
-            )
+            stage = StagedParquet(os.path.join(spill_dir, "positions"))
+            for batch in _live_positions(table, inputs, live, paths, limits, counts):
+                stage.write(batch)
+            stage.close()
+            ordered = _with_paths(sorted_positions(stage, limits, spill_dir), paths, stage.rows, counts)
             added = write_position_deletes(
                 table.io,
                 load_location_provider(metadata.location, metadata.properties),
@@ -128,26 +120,6 @@ def _inputs(task: Mapping[str, Any], specs: Mapping[int, Any], schema: Any) -> l
             ScannedDelete(data_file_from_json(doc, specs, schema), int(entry["data-sequence-number"]))
         )
     return inputs
-
-
-def _sort_schema() -> Any:
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import IntegerType, LongType, NestedField
-
-    return Schema(
-        NestedField(1, "ord", IntegerType(), required=True),
-        NestedField(2, "pos", LongType(), required=True),
-    )
-
-
-def _unpartitioned() -> Any:
-    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-
-    return UNPARTITIONED_PARTITION_SPEC
-
-
-_SORT_SCHEMA = _sort_schema()
-_UNPARTITIONED = _unpartitioned()
 
 
 def _live_positions(
@@ -187,42 +159,25 @@ def _live_positions(
             counts.dangling += batch.num_rows - kept.num_rows
             if kept.num_rows:
                 ords = pc.index_in(kept.column(0), value_set=paths).cast(pa.int32())
-                yield pa.record_batch({"ord": ords, "pos": kept.column(1)})
+                yield pa.record_batch({ORD: ords, POS: kept.column(1)})
         counts.read += read
         counts.per_file[delete_file.file_path] = read
 
 
-def _with_paths(batches: Iterator[pa.RecordBatch], paths: pa.Array) -> Iterator[pa.RecordBatch]:
-    """Sorted ``(ord, pos)`` rows back as ``(file_path, pos)``."""
+def _with_paths(
+    sorted_rows: Iterator[tuple[int, Any]], paths: pa.Array, staged: int, counts: _Counts
+) -> Iterator[pa.RecordBatch]:
+    """Sorted ``(ord, positions)`` back as ``(file_path, pos)`` rows; the repeats the sort dropped (two
+    inputs deleting one row) are counted once the stream ends."""
+    import numpy as np
     import pyarrow as pa
 
-    for batch in batches:
-        yield pa.record_batch({"file_path": paths.take(batch.column(0)), "pos": batch.column(1)})
-
-
-def _unique(batches: Iterator[pa.RecordBatch], counts: _Counts) -> Iterator[pa.RecordBatch]:
-    """Drop a position equal to the one before it (sorted input): two inputs deleting one row."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    schema = pa.schema([("file_path", pa.string()), ("pos", pa.int64())])
-    last: tuple[Any, Any] = (None, None)
-    for raw in batches:
-        batch = raw.select([0, 1]).cast(schema)
-        if batch.num_rows == 0:
-            continue
-        paths, positions = batch.column(0), batch.column(1)
-        previous_paths = pa.concat_arrays([pa.array([last[0]], pa.string()), paths.slice(0, len(paths) - 1)])
-        previous_pos = pa.concat_arrays(
-            [pa.array([last[1]], pa.int64()), positions.slice(0, len(positions) - 1)]
-        )
-        repeated = pc.fill_null(
-            pc.and_(pc.equal(paths, previous_paths), pc.equal(positions, previous_pos)), False
-        )
-        last = (paths[-1].as_py(), positions[-1].as_py())
-        kept = batch.filter(pc.invert(repeated))
-        counts.duplicates += batch.num_rows - kept.num_rows
-        yield kept
+    written = 0
+    for ordinal, positions in sorted_rows:
+        written += len(positions)
+        indices = pa.array(np.full(len(positions), ordinal, dtype=np.int32))
+        yield pa.record_batch({"file_path": paths.take(indices), "pos": pa.array(positions, pa.int64())})
+    counts.duplicates += staged - written
 
 
 def _check_counts(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -17,7 +18,7 @@ from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete
 from airflow_provider_iceberg_exec.engine.ops.position_deletes.rewrite import (
     _Counts,
     _live_positions,
-    _unique,
+    _with_paths,
 )
 
 
@@ -74,13 +75,12 @@ def test_a_file_scoped_input_applies_to_its_referenced_file_only(tmp_path: Path)
     assert rows == [("a", 1)]
 
 
-def test_repeated_positions_are_written_once_across_batches() -> None:
-    batches = [
-        pa.record_batch({"file_path": ["a", "a"], "pos": [1, 1]}),
-        pa.record_batch({"file_path": ["a", "b"], "pos": [1, 1]}),
-        pa.record_batch({"file_path": ["b"], "pos": [2]}),
-    ]
+def test_repeated_positions_are_written_once_and_counted() -> None:
+    paths = pa.array(["a", "b"])
     counts = _Counts()
-    rows = [(r["file_path"], r["pos"]) for b in _unique(iter(batches), counts) for r in b.to_pylist()]
+    sorted_rows = iter([(0, np.array([1])), (1, np.array([1, 2]))])
+    rows = [
+        (r["file_path"], r["pos"]) for b in _with_paths(sorted_rows, paths, 5, counts) for r in b.to_pylist()
+    ]
     assert rows == [("a", 1), ("b", 1), ("b", 2)]
-    assert counts.duplicates == 2
+    assert counts.duplicates == 2  # 5 staged rows, 3 written
