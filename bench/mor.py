@@ -497,6 +497,7 @@ def spark_procedure(
 ) -> dict[str, Any]:
     """``CALL spark_cat.system.<procedure>(table => 'db.events', options => map(...))`` on a Hadoop
     catalog table opened at ``metadata_location``, new files under ``<run_dir>/data``; time = the CALL.
+    Empty ``options``: no ``options`` argument (``rewrite_manifests`` has none).
     """
     from pyspark import SparkContext
 
@@ -516,10 +517,9 @@ def spark_procedure(
     t = _ident()
     spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('write.data.path'='file://{run_dir}/data')")
     opts = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
-    call = (
-        f"CALL spark_cat.system.{procedure}(table => '{SPARK_NAMESPACE}.{SPARK_TABLE}', "
-        f"options => map({opts}))"
-    )
+    # Procedures without an options map (rewrite_manifests) are called with the table only.
+    with_options = f", options => map({opts})" if options else ""
+    call = f"CALL spark_cat.system.{procedure}(table => '{SPARK_NAMESPACE}.{SPARK_TABLE}'{with_options})"
     t1 = time.monotonic()
     row = spark.sql(call).collect()[0].asDict()
     seconds = time.monotonic() - t1
