@@ -22,10 +22,13 @@ PyIceberg, and that no other engine module but :mod:`~.commit.pyiceberg_producer
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from pyiceberg.avro.encoder import BinaryEncoder
 from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.manifest import (
     ManifestContent,
@@ -167,13 +170,67 @@ class _EntryLayout:
     extra_metadata: dict[str, str]
 
     def avro_writer(self, output_file: OutputFile, metadata: dict[str, str]) -> AvroOutputFile[ManifestEntry]:
-        return AvroOutputFile[ManifestEntry](
+        return _BlockedAvroOutputFile(
             output_file=output_file,
             file_schema=self.file_schema,
             record_schema=self.record_schema,
             schema_name="manifest_entry",
             metadata=metadata,
         )
+
+
+#: Entries are gathered into Avro blocks of about this many bytes (Java's Avro sync interval).
+_AVRO_BLOCK_BYTES = 64 * 1024
+
+
+class _BlockedAvroOutputFile(AvroOutputFile[ManifestEntry]):
+    """PyIceberg's Avro writer with entries gathered into blocks of about 64 KiB, as Java writes them.
+
+    PyIceberg's ``ManifestWriter.add_entry`` writes a block per entry (its own codec frame and 16-byte sync
+    marker): 1M entries made 336 MB of manifests against Java's 132 MB, and most of the writing time.
+    """
+
+    def __enter__(self) -> _BlockedAvroOutputFile:
+        super().__enter__()
+        self._pending = io.BytesIO()
+        self._pending_encoder = BinaryEncoder(self._pending)
+        self._pending_count = 0
+        return self
+
+    def write_block(self, objects: list[ManifestEntry]) -> None:
+        for entry in objects:
+            self.writer.write(self._pending_encoder, entry)
+            self._pending_count += 1
+        if self._pending.tell() >= _AVRO_BLOCK_BYTES:
+            self._flush_block()
+
+    def tell(self) -> int:
+        """Bytes written so far, the pending block's uncompressed bytes included (for rolling)."""
+        return super().tell() + self._pending.tell()
+
+    def _flush_block(self) -> None:
+        if not self._pending_count:
+            return
+        content = self._pending.getvalue()
+        self.encoder.write_int(self._pending_count)
+        if codec := self.compression_codec():
+            compressed, length = codec.compress(content)
+            self.encoder.write_int(length)
+            self.encoder.write(compressed)
+        else:
+            self.encoder.write_int(len(content))
+            self.encoder.write(content)
+        self.encoder.write(self.sync_bytes)
+        self._pending = io.BytesIO()
+        self._pending_encoder = BinaryEncoder(self._pending)
+        self._pending_count = 0
+
+    def __exit__(
+        self, exctype: type[BaseException] | None, excinst: BaseException | None, exctb: TracebackType | None
+    ) -> None:
+        if exctype is None:
+            self._flush_block()
+        super().__exit__(exctype, excinst, exctb)
 
 
 class _ManifestWriterV1(ManifestWriterV1):
