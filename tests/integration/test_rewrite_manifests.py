@@ -136,8 +136,15 @@ def test_many_small_manifests_become_one_with_the_same_files_and_rows(catalog: S
     json.dumps(result)
 
 
-def test_a_small_target_splits_into_ranges_of_distinct_partitions(catalog: SqlCatalog) -> None:
-    """Range clustering: each output manifest holds whole partitions, none shared with another."""
+@pytest.mark.parametrize("open_writers", [32, 1])
+def test_a_small_target_splits_into_ranges_of_distinct_partitions(
+    catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch, open_writers: int
+) -> None:
+    """Range clustering: each output manifest holds whole partitions, none shared with another; the
+    same with one writer open at a time (one pass per output range)."""
+    from airflow_provider_iceberg_exec.engine.ops.manifests import rewrite as manifest_rewrite
+
+    monkeypatch.setattr(manifest_rewrite, "_MAX_OPEN_WRITERS", open_writers)
     table = _partitioned(catalog)
     categories = (*tuple(f"c{i:02d}" for i in range(8)), None)
     _append_many(table, 27, categories=categories)

@@ -10,7 +10,8 @@ For data and delete manifests separately (:func:`rewrite_at_head`), as Spark's a
 3. pass 2 streams the entries again and writes each, as EXISTING with its original snapshot id and data
    and file sequence numbers, to the writer of its range; a writer rolls over at 1.2 x target.
 
-The ``n`` writers are open at once; ``n`` is the table's manifest bytes over the target (8 MiB), small.
+At most 32 writers are open at once (each holds an output buffer): a table with more output manifests
+than that (over 256 MiB of manifests at the 8 MiB target) is read once more per 32 of them.
 Within an output manifest entries keep their input order (Spark also sorts them; no reader relies on it).
 """
 
@@ -49,6 +50,8 @@ from airflow_provider_iceberg_exec.engine.ops.manifests.plan import (
 
 __all__ = ["RewriteSettings", "rewrite_at_head"]
 
+#: output manifests written at once (see _rewrite_content)
+_MAX_OPEN_WRITERS = 32
 # data_file.partition (field 102) in the v3 record layout the entries are read into
 _PARTITION_POS = next(i for i, f in enumerate(DATA_FILE_TYPE[3].fields) if f.field_id == 102)
 
@@ -111,12 +114,21 @@ def _rewrite_content(
     total = sum(counts.values())
     boundaries = range_boundaries(sorted(counts.items()), ranges) if positions else []
     counts.clear()
-    writers = _Writers(open_writer, content, settings.spec_id, roll_size(settings.target_size_bytes))
-    with writers:
-        for index, entry in enumerate(_live_entries(io, manifests)):  # pass 2
-            target = range_of(_key(entry, positions), boundaries) if positions else index * ranges // total
-            writers.add(target, writers.existing(entry))
-    return writers.written, total
+    written: list[ManifestFile] = []
+    # Pass 2, once per window of ranges: every open writer holds an output buffer (1 MiB for local
+    # files), so at most _MAX_OPEN_WRITERS are open; a table with more ranges is read again per window.
+    for first in range(0, ranges, _MAX_OPEN_WRITERS):
+        window = range(first, min(ranges, first + _MAX_OPEN_WRITERS))
+        writers = _Writers(open_writer, content, settings.spec_id, roll_size(settings.target_size_bytes))
+        with writers:
+            for index, entry in enumerate(_live_entries(io, manifests)):
+                target = (
+                    range_of(_key(entry, positions), boundaries) if positions else index * ranges // total
+                )
+                if target in window:
+                    writers.add(target, writers.existing(entry))
+        written.extend(writers.written)
+    return written, total
 
 
 def _live_entries(io: FileIO, manifests: Sequence[ManifestFile]) -> Iterator[ManifestEntry]:
