@@ -37,6 +37,7 @@ __all__ = [
     "join_session",
     "key_column",
     "key_fields_of",
+    "key_text_sql",
     "remove_part",
 ]
 
@@ -136,13 +137,8 @@ def _bucket_budget(limits: ResourceLimits) -> int:
     return max(1, int(limits.memory_limit_bytes * POOL_SHARE) // 8)
 
 
-def _bucket_sql(
-    table: str, ids: Sequence[int], key_fields: Sequence[NestedField], buckets: int, level: int
-) -> str:
-    """Add a bucket column: a hash of the null-safe key, the same for equal keys on both sides.
-
-    Each ``level`` takes other digits of the key's md5, so re-partitioning one bucket spreads its rows.
-    """
+def key_text_sql(ids: Sequence[int], key_fields: Sequence[NestedField]) -> str:
+    """SQL text of the null-safe key: equal keys (NULL equal to NULL) give equal text on both sides."""
     from pyiceberg.types import BinaryType, FixedType, UUIDType
 
     by_id = {f.field_id: f for f in key_fields}
@@ -155,7 +151,17 @@ def _bucket_sql(
             else f"CAST({column} AS VARCHAR)"
         )
         parts.append(f"coalesce({text}, '<null>'), CAST({column} IS NULL AS VARCHAR)")
-    digest = f"md5(concat_ws('|', {', '.join(parts)}))"
+    return f"concat_ws('|', {', '.join(parts)})"
+
+
+def _bucket_sql(
+    table: str, ids: Sequence[int], key_fields: Sequence[NestedField], buckets: int, level: int
+) -> str:
+    """Add a bucket column: a hash of the null-safe key, the same for equal keys on both sides.
+
+    Each ``level`` takes other digits of the key's md5, so re-partitioning one bucket spreads its rows.
+    """
+    digest = f"md5({key_text_sql(ids, key_fields)})"
     # Six hex digits of the md5 as a number (24 uniform bits), other digits at each level.
     first = _BUCKET_HEX_DIGITS * level
     code = " + ".join(

@@ -29,6 +29,7 @@ from airflow_provider_iceberg_exec.engine.deletes.equality import (
     key_column,
     key_fields_of,
 )
+from airflow_provider_iceberg_exec.engine.deletes.fingerprints import KeyFilter
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
 from airflow_provider_iceberg_exec.engine.io.position_sort import ORD, POS, sorted_positions
 from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
@@ -151,12 +152,18 @@ def _match_kind(
     number = side.number
     data = StagedParquet(os.path.join(spill_dir, f"eq-keys-d{number}"))
     keys = StagedParquet(os.path.join(spill_dir, f"eq-keys-e{number}"))
+    # The delete keys first: their fingerprints keep out of the join the data rows that match none.
+    key_filter = KeyFilter(
+        side.ids, key_fields, sum(d.data_file.record_count for d in kind), limits.memory_limit_bytes // 4
+    )
     try:
+        for delete in kind:
+            _stage_delete_keys(io, metadata, delete, key_schema, partitions, limits, keys, stats, key_filter)
         for ordinal, scanned in enumerate(files):
             if any(d.data_file.file_path in side.paths for d in scanned.delete_files):
-                _stage_data_keys(io, metadata, scanned, ordinal, key_schema, partitions, limits, data, stats)
-        for delete in kind:
-            _stage_delete_keys(io, metadata, delete, key_schema, partitions, limits, keys, stats)
+                _stage_data_keys(
+                    io, metadata, scanned, ordinal, key_schema, partitions, limits, data, stats, key_filter
+                )
         if not (data.close() and keys.close()):
             return
         pair_limits = join_limits(limits, [data, keys])
@@ -194,8 +201,10 @@ def _stage_data_keys(
     limits: ResourceLimits,
     stage: StagedParquet,
     stats: MatchStats,
+    key_filter: KeyFilter,
 ) -> None:
-    """Stage the key columns of one data file's live rows with ordinal, position, sequence and partition."""
+    """Stage the key columns of one data file's live rows that may match a delete key (see
+    :class:`~.fingerprints.KeyFilter`), with ordinal, position, sequence and partition."""
     import numpy as np
     import pyarrow as pa
 
@@ -216,9 +225,12 @@ def _stage_data_keys(
         stats.data_rows_read += n
         positions = np.arange(start, start + n, dtype=np.int64)
         start += n
+        keep = key_filter.candidates(batch)
         if len(gone):
             live = ~np.isin(positions, gone, assume_unique=True)
-            batch, positions = batch.filter(pa.array(live)), positions[live]
+            keep = live if keep is None else keep & live
+        if keep is not None:
+            batch, positions = batch.filter(pa.array(keep)), positions[keep]
             n = batch.num_rows
         if n:
             scope = {
@@ -239,6 +251,7 @@ def _stage_delete_keys(
     limits: ResourceLimits,
     stage: StagedParquet,
     stats: MatchStats,
+    key_filter: KeyFilter,
 ) -> None:
     import numpy as np
     import pyarrow as pa
@@ -256,6 +269,7 @@ def _stage_delete_keys(
     ):
         n = batch.num_rows
         stats.delete_rows_read += n
+        key_filter.add_deletes(batch)
         scope = {
             _SEQ: pa.array(np.full(n, delete.data_sequence_number, dtype=np.int64)),
             _PART: pa.array(np.full(n, part, dtype=np.int32)),
