@@ -85,6 +85,8 @@ def equality_matches(
     :raises DataFileReadError: when a data or delete file is missing or malformed.
     :raises ConfigurationError: for a key field found in no schema of the table, or a nested field.
     """
+    import pyarrow as pa
+
     stats = stats if stats is not None else MatchStats()
     wanted = {d.data_file.file_path for d in deletes}
     unpartitioned = {sid for sid, spec in metadata.specs().items() if spec.is_unpartitioned()}
@@ -99,6 +101,7 @@ def equality_matches(
             _match_kind(io, metadata, selected, kind, side, partitions, limits, spill_dir, out, stats)
         if not out.close():
             return
+        pa.default_memory_pool().release_unused()
         yield from _sorted_matches(out, limits, spill_dir, stats)
     finally:
         out.remove()
@@ -145,6 +148,7 @@ def _match_kind(
     stats: MatchStats,
 ) -> None:
     """Semi-join the data files one kind of deletes applies to with those deletes; stage the matches."""
+    import pyarrow as pa
     from pyiceberg.schema import Schema
 
     key_fields = key_fields_of(metadata, side.ids)
@@ -166,6 +170,8 @@ def _match_kind(
                 )
         if not (data.close() and keys.close()):
             return
+        # Freed staging buffers stay cached in PyArrow's allocator unless handed back now.
+        pa.default_memory_pool().release_unused()
         pair_limits = join_limits(limits, [data, keys])
         pairs = bucket_pairs(
             (data.path, data.total_bytes),
