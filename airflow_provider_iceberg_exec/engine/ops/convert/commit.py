@@ -174,14 +174,18 @@ def _added_file(table: Table, doc: Mapping[str, Any], entry: Mapping[str, Any]) 
         raise DataFileCodecError(
             f"task {doc['task_id']}: added file {delete_file.file_path} is not a position delete file"
         )
+    paths: set[str] = set()
     try:
         with table.io.new_input(delete_file.file_path).open() as stream:
-            column = pq.read_table(stream, columns=["file_path"]).column("file_path")
+            # Batch by batch, the paths kept dictionary-encoded: a file may hold millions of positions.
+            parquet = pq.ParquetFile(stream, read_dictionary=["file_path"])
+            for batch in parquet.iter_batches(columns=["file_path"], use_threads=False):
+                paths.update(str(p) for p in pc.unique(batch.column(0).dictionary_decode()).to_pylist())
     except (FileNotFoundError, OSError, KeyError, ValueError) as err:
         raise DataFileCodecError(
             f"added file {delete_file.file_path} is not a readable position delete file: {err}"
         ) from err
-    return delete_file, {str(p) for p in pc.unique(column).to_pylist()}
+    return delete_file, paths
 
 
 def _check_named(
