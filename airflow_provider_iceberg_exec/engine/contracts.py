@@ -23,6 +23,10 @@ __all__ = [
     "COW_RESULT",
     "COW_TASK",
     "EXPIRE_SNAPSHOTS_RESULT",
+    "MERGE_PLAN",
+    "MERGE_RESULT",
+    "MERGE_TASK",
+    "MERGE_TASK_RESULT",
     "ORPHAN_DELETE_RESULT",
     "ORPHAN_SCAN_RESULT",
     "POSITION_DELETE_PLAN",
@@ -74,6 +78,12 @@ COW_PLAN = "iceberg-exec/cow-plan@1"
 COW_TASK = "iceberg-exec/cow-task@1"
 COW_RESULT = "iceberg-exec/cow-result@1"
 COW_COMMIT_RESULT = "iceberg-exec/cow-commit-result@1"
+
+#: MERGE and upsert (:mod:`.ops.merge`): plan -> task -> task result -> commit -> result
+MERGE_PLAN = "iceberg-exec/merge-plan@1"
+MERGE_TASK = "iceberg-exec/merge-task@1"
+MERGE_TASK_RESULT = "iceberg-exec/merge-task-result@1"
+MERGE_RESULT = "iceberg-exec/merge-result@1"
 
 #: orphan files (:mod:`.orphans`): scan -> result (+ the orphan list file) -> delete -> result
 ORPHAN_SCAN_RESULT = "iceberg-exec/orphan-scan-result@1"

@@ -76,11 +76,12 @@ class SequencedDelete:
     """A delete file to add with an explicit data sequence number: Java's ``RewriteFiles.addFile(file, seq)``.
 
     A rewritten delete file keeps the sequence number of the deletes it replaces (the largest of them),
-    so that it applies to exactly the data files they applied to.
+    so that it applies to exactly the data files they applied to. ``None`` inherits the new snapshot's
+    (a row delta's new deletes: Java's ``RowDelta.addDeletes``).
     """
 
     delete_file: DataFile
-    data_sequence_number: int
+    data_sequence_number: int | None
 
 
 #: The checks of one operation, after the base is known to be an ancestor and the files to remove live:

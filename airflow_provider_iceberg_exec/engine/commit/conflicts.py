@@ -40,6 +40,7 @@ from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_en
 __all__ = [
     "DeleteRewriteValidation",
     "OverwriteValidation",
+    "RowDeltaValidation",
     "validate_no_new_deletes",
     "validate_rewrite",
     "validation_history",
@@ -192,6 +193,34 @@ class OverwriteValidation:
                 "Found conflicting files that can contain records matching "
                 f"{self.conflict_detection_filter}: {', '.join(conflicts)}"
             )
+
+
+@dataclass(frozen=True)
+class RowDeltaValidation:
+    """The checks of a row delta (merge-on-read): Java's ``BaseRowDelta.validate`` as Spark's MERGE and
+    UPDATE set it up (``SparkPositionDeltaWrite``).
+
+    - ``validateDataFilesExist`` with ``validateDeletedFiles``: the data files the new position deletes
+      name are still live (not rewritten or removed by any commit since the base);
+    - ``validateNoConflictingDeleteFiles``: no delete committed since the base applies to them (a
+      concurrent delete of a row this delta updates would be undone by the updated copy);
+    - under serializable isolation ``validateNoConflictingDataFiles``: no data file appended since the
+      base may hold rows matching the conflict filter.
+
+    :param referenced_data_files: the data files the added position deletes name.
+    """
+
+    conflict_detection_filter: BooleanExpression
+    serializable: bool
+    referenced_data_files: tuple[DataFile, ...]
+
+    def __call__(self, change: FilesChange, history: History, removed_data_files: list[DataFile]) -> None:
+        """Validate one attempt; see :data:`~.change.Validation`."""
+        if self.serializable:
+            OverwriteValidation(self.conflict_detection_filter, serializable=True)(change, history, [])
+        if self.referenced_data_files:
+            validate_data_files_exist(history, self.referenced_data_files)
+            validate_no_new_deletes(history, list(self.referenced_data_files), ignore_equality_deletes=False)
 
 
 def validate_no_new_deletes(

@@ -6,6 +6,8 @@ The public commit API. Three commits, which differ only in their operation and t
 - :func:`commit_delete_rewrite` (equality deletes converted to positions, position deletes compacted)
   commits ``replace`` of delete files by delete files, each added with an explicit data sequence number
   (``RewriteFiles.deleteFile(old).addFile(new, seq)``);
+- :func:`commit_row_delta` (merge-on-read MERGE) adds data files and position deletes, Java's ``RowDelta``
+  (``overwrite``, or ``delete`` when it adds only deletes);
 - :func:`commit_overwrite` (copy-on-write delete, update and overwrite by predicate) commits ``overwrite``
   (``delete`` when it only removes files, ``append`` when it only adds), as Java's ``OverwriteFiles`` does
   for Spark's copy-on-write writes, with the table's isolation level (see :func:`commit_overwrite`).
@@ -50,6 +52,7 @@ from airflow_provider_iceberg_exec.engine.commit.change import DanglingDeletes, 
 from airflow_provider_iceberg_exec.engine.commit.conflicts import (
     DeleteRewriteValidation,
     OverwriteValidation,
+    RowDeltaValidation,
     validate_rewrite,
 )
 from airflow_provider_iceberg_exec.engine.commit.failures import commit_failure
@@ -79,6 +82,7 @@ __all__ = [
     "commit_delete_rewrite",
     "commit_overwrite",
     "commit_rewrite",
+    "commit_row_delta",
     "find_commit",
     "landed_snapshots",
 ]
@@ -279,7 +283,9 @@ def _check_delete_rewrite_arguments(
         raise ConfigurationError(f"removed delete files must be delete files: {', '.join(bad)}")
     if bad := [d.delete_file.file_path for d in added if d.delete_file.content == DataFileContent.DATA]:
         raise ConfigurationError(f"added delete files must be delete files: {', '.join(bad)}")
-    if bad := [d.delete_file.file_path for d in added if d.data_sequence_number < 0]:
+    if bad := [
+        d.delete_file.file_path for d in added if d.data_sequence_number is None or d.data_sequence_number < 0
+    ]:
         raise ConfigurationError(f"added delete files need a data sequence number >= 0: {', '.join(bad)}")
     if bad := [f.file_path for f in required if f.content != DataFileContent.DATA]:
         raise ConfigurationError(f"required data files must have content DATA: {', '.join(bad)}")
@@ -417,6 +423,75 @@ def commit_overwrite(
         what=(
             f"{len(deleted_data_files)} data files removed, {len(added_data_files)} added, "
             f"{len(removed_delete_files)} deletes removed (dangling deletes: {dangling.value}), "
+            f"{level.value} isolation"
+        ),
+    )
+
+
+def commit_row_delta(
+    table: Table,
+    *,
+    base_snapshot_id: int | None,
+    added_data_files: Sequence[DataFile],
+    added_delete_files: Sequence[DataFile],
+    referenced_data_files: Sequence[DataFile],
+    conflict_detection_filter: BooleanExpression,
+    isolation_level: IsolationLevel | str = IsolationLevel.SERIALIZABLE,
+    commit_id: str,
+    branch: str = "main",
+    snapshot_properties: Mapping[str, str] | None = None,
+) -> CommitOutcome:
+    """Add data files and position delete files in one snapshot: Java's ``RowDelta`` as Spark's MERGE uses it.
+
+    The operation is ``overwrite``, or ``delete`` when only delete files are added (Java 1.10's
+    ``BaseRowDelta.operation()``: a delta of data files alone is ``overwrite`` too). Added files of both
+    kinds inherit the new snapshot's sequence number, so the new deletes apply to the older data files
+    they name and not to the rows added beside them. Validation from ``base_snapshot_id`` on every attempt
+    (:class:`~.conflicts.RowDeltaValidation`): the data files the deletes name are still live and got no
+    new delete; under ``serializable`` also no data file appended since the base matches the filter.
+
+    :param referenced_data_files: the live data files the added deletes name.
+    :returns: the committed (or already committed) snapshot.
+    :raises ConfigurationError: for bad arguments, or a v1 or format-version 3 table.
+    :raises CommitValidationError: when validation from the base fails; the work must be planned again.
+    :raises CommitConflictError: when concurrent commits kept winning until the retries ran out.
+    :raises CommitStateUnknownError: when the catalog's answer is unknown; check the table first.
+    """
+    level = IsolationLevel.parse(isolation_level)
+    if not added_data_files and not added_delete_files:
+        raise ConfigurationError("a row delta must add at least one data or delete file")
+    if bad := [f.file_path for f in added_delete_files if f.content != DataFileContent.POSITION_DELETES]:
+        raise ConfigurationError(f"a row delta adds position delete files only: {', '.join(bad)}")
+    properties = _check_common((), added_data_files, commit_id, snapshot_properties)
+    if table.metadata.format_version < 2 and added_delete_files:
+        raise ConfigurationError(
+            f"cannot add delete files to {table_name(table)}: v1 tables have no delete files"
+        )
+    return _commit_files(
+        table,
+        branch=branch,
+        commit_id=commit_id,
+        removed_delete_files=(),
+        snapshot_properties=properties,
+        change=lambda: FilesChange(
+            operation=Operation.OVERWRITE if added_data_files else Operation.DELETE,
+            base_snapshot_id=base_snapshot_id,
+            removed_data_files=[],
+            removed_delete_files=[],
+            added=[to_record_layout(data_file) for data_file in added_data_files],
+            commit_id=commit_id,
+            branch=branch,
+            explicit_sequence_number=False,
+            dangling_deletes=DanglingDeletes.NONE,
+            validate=RowDeltaValidation(
+                conflict_detection_filter,
+                serializable=level is IsolationLevel.SERIALIZABLE,
+                referenced_data_files=tuple(referenced_data_files),
+            ),
+            added_deletes=[SequencedDelete(to_record_layout(d), None) for d in added_delete_files],
+        ),
+        what=(
+            f"{len(added_data_files)} data files and {len(added_delete_files)} position delete files added, "
             f"{level.value} isolation"
         ),
     )

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pyiceberg.table.locations import LocationProvider
     from pyiceberg.typedef import Record
 
-__all__ = ["PartitionSplitter", "RollingDataFileWriter", "conform_batch"]
+__all__ = ["PartitionSplitter", "RollingDataFileWriter", "check_required", "conform_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -518,3 +518,13 @@ def _partition(key: PartitionKey | None) -> Record | None:
 def sizes(files: Sequence[DataFile]) -> int:
     """Total bytes of ``files``."""
     return sum(f.file_size_in_bytes for f in files)
+
+
+def check_required(batch: pa.RecordBatch, schema: Schema, where: str) -> None:
+    """Fail when a required top-level column holds a null (PyArrow does not check non-nullable fields)."""
+    for position, column in enumerate(schema.columns):
+        if column.required and batch.column(position).null_count:
+            raise ConfigurationError(
+                f"{where}: {batch.column(position).null_count} row(s) have null in required column "
+                f"{column.name}; nothing was committed"
+            )

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
-__all__ = ["Source", "check_required", "inspect_source", "iter_source_batches", "live_batches"]
+__all__ = ["Source", "inspect_source", "iter_source_batches", "live_batches"]
 
 
 def live_batches(
@@ -114,13 +114,3 @@ def iter_source_batches(table: Table, source: Source, batch_size: int) -> Iterat
         )
     except ResolveError as err:
         raise ConfigurationError(f"{source.path} does not fit the table schema: {err}") from err
-
-
-def check_required(batch: pa.RecordBatch, schema: Schema, where: str) -> None:
-    """Fail when a required top-level column holds a null (PyArrow does not check non-nullable fields)."""
-    for position, column in enumerate(schema.columns):
-        if column.required and batch.column(position).null_count:
-            raise ConfigurationError(
-                f"{where}: {batch.column(position).null_count} row(s) have null in required column "
-                f"{column.name}; nothing was committed"
-            )

@@ -32,7 +32,11 @@ from airflow_provider_iceberg_exec.engine.io.session import (
     track_resources,
 )
 from airflow_provider_iceberg_exec.engine.io.sorting import sort_for_output
-from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter
+from airflow_provider_iceberg_exec.engine.io.write import (
+    PartitionSplitter,
+    RollingDataFileWriter,
+    check_required,
+)
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to_json
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
 from airflow_provider_iceberg_exec.engine.meta.task_files import has_equality_deletes, scanned_from_json
@@ -40,7 +44,6 @@ from airflow_provider_iceberg_exec.engine.ops.cow.common import parse_operation
 from airflow_provider_iceberg_exec.engine.ops.cow.predicate import Predicate
 from airflow_provider_iceberg_exec.engine.ops.cow.read import (
     Source,
-    check_required,
     iter_source_batches,
     live_batches,
 )

@@ -1,0 +1,325 @@
+"""Which target rows the source matches: a narrow, spilling join of keys, then the matched source rows in
+target order.
+
+1. The source streams once into a local staged copy, each row numbered (its source ordinal), and its
+   keys into a second, narrow one; the keys' fingerprints (:mod:`~.deletes.fingerprints`) are kept.
+2. The target files' live rows (delete files applied) are read on the key columns only; a row whose key
+   fingerprint no source key has cannot match and is not staged. NULL keys never match (SQL's ``=``).
+3. DataFusion joins target keys with source keys (sort-merge, which spills; split by key hash first when
+   a side is larger than the join's budget) into ``(file ordinal, position, source ordinal)`` pairs.
+4. Spark's cardinality check: a target row paired with two source rows fails the MERGE.
+5. The pairs joined back to the whole source rows, sorted by ``(file ordinal, position)``, stream beside
+   the target files as they are read (:class:`MatchedRows`); the source rows no pair names are the
+   NOT MATCHED rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.deletes.equality import (
+    bucket_pairs,
+    join_limits,
+    join_session,
+    key_column,
+)
+from airflow_provider_iceberg_exec.engine.deletes.fingerprints import KeyFilter
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
+from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged, remove_staged
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow as pa
+    from pyiceberg.table import Table
+    from pyiceberg.types import NestedField
+
+    from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
+    from airflow_provider_iceberg_exec.engine.ops.merge.source import MergeSource
+
+__all__ = ["CARDINALITY_ERROR", "MatchedRows", "SourceStage", "match_pairs"]
+
+_HIDDEN = "__iceberg_exec_"
+SRC = f"{_HIDDEN}src"
+ORD = f"{_HIDDEN}ord"
+POS = f"{_HIDDEN}pos"
+
+#: Spark's error text (Iceberg 1.4's MergeRowsExec, the substring Iceberg 1.10's tests match)
+CARDINALITY_ERROR = (
+    "The ON search condition of the MERGE statement matched a single row from the target table with "
+    "multiple rows of the source table. This could result in the target row being operated on more than "
+    "once with an update or delete operation and is not allowed."
+)
+
+
+class SourceStage:
+    """The source staged locally: every row numbered, and its keys apart; removed by :meth:`remove`."""
+
+    def __init__(
+        self,
+        target: Table,
+        source: MergeSource,
+        key_names: Sequence[str],
+        key_fields: Sequence[NestedField],
+        limits: ResourceLimits,
+        spill_dir: str,
+    ) -> None:
+        self.rows = StagedParquet(os.path.join(spill_dir, "merge-source"))
+        self.keys = StagedParquet(os.path.join(spill_dir, "merge-source-keys"))
+        self.key_ids = [f.field_id for f in key_fields]
+        self.filter = KeyFilter(self.key_ids, key_fields, source.record_count, limits.memory_limit_bytes // 8)
+        self.count = 0
+        try:
+            self._stage(target, source, key_names, key_fields, limits, spill_dir)
+        except BaseException:
+            self.remove()
+            raise
+
+    def _stage(
+        self,
+        target: Table,
+        source: MergeSource,
+        key_names: Sequence[str],
+        key_fields: Sequence[NestedField],
+        limits: ResourceLimits,
+        spill_dir: str,
+    ) -> None:
+        import numpy as np
+        import pyarrow as pa
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        key_types = [schema_to_pyarrow(f.field_type) for f in key_fields]
+        for batch in source.batches(target, limits, spill_dir):
+            n = batch.num_rows
+            if not n:
+                continue
+            ordinals = pa.array(np.arange(self.count, self.count + n, dtype=np.int64))
+            self.count += n
+            self.rows.write(_with(batch, {SRC: ordinals}))
+            keys = pa.RecordBatch.from_arrays(
+                [batch.column(name).cast(t) for name, t in zip(key_names, key_types, strict=True)],
+                names=[key_column(i) for i in self.key_ids],
+            )
+            self.filter.add_deletes(keys)
+            self.keys.write(_with(keys, {SRC: ordinals}))
+        self.rows.close()
+        self.keys.close()
+
+    def remove(self) -> None:
+        self.rows.remove()
+        self.keys.remove()
+
+
+def _with(batch: pa.RecordBatch, extra: dict[str, pa.Array]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([*batch.columns, *extra.values()], names=[*batch.schema.names, *extra])
+
+
+def stage_target_keys(
+    table: Table,
+    files: Sequence[tuple[int, ScannedFile, npt.NDArray[np.int64]]],
+    key_fields: Sequence[NestedField],
+    source: SourceStage,
+    limits: ResourceLimits,
+    spill_dir: str,
+) -> StagedParquet:
+    """Stage the keys of the live rows of ``files`` (``(ordinal, file, dead positions)``) that may match a
+    source key, with their ordinal and position."""
+    import numpy as np
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+
+    metadata = table.metadata
+    key_schema = Schema(*key_fields)
+    stage = StagedParquet(os.path.join(spill_dir, "merge-target-keys"))
+    for ordinal, scanned, dead in files:
+        data_file = scanned.data_file
+        start = 0
+        for batch in iter_data_file_batches(
+            table.io,
+            data_file,
+            table_schema=key_schema,
+            spec=metadata.specs()[data_file.spec_id],
+            name_mapping=metadata.name_mapping(),
+            format_version=metadata.format_version,
+            batch_size=read_batch_rows(data_file, limits.batch_size),
+        ):
+            n = batch.num_rows
+            positions = np.arange(start, start + n, dtype=np.int64)
+            start += n
+            keep = source.filter.candidates(batch)
+            if len(dead):
+                live = ~np.isin(positions, dead, assume_unique=True)
+                keep = live if keep is None else keep & live
+            if keep is not None:
+                batch, positions = batch.filter(pa.array(keep)), positions[keep]
+            if batch.num_rows:
+                ordinals = pa.array(np.full(batch.num_rows, ordinal, dtype=np.int32))
+                stage.write(_with(batch, {ORD: ordinals, POS: pa.array(positions)}))
+    stage.close()
+    return stage
+
+
+def match_pairs(
+    target_keys: StagedParquet,
+    source: SourceStage,
+    key_fields: Sequence[NestedField],
+    limits: ResourceLimits,
+    spill_dir: str,
+) -> StagedParquet:
+    """Join staged target keys with the source keys: the ``(ordinal, position, source ordinal)`` pairs."""
+    pairs = StagedParquet(os.path.join(spill_dir, "merge-pairs"))
+    if not (target_keys.rows and source.keys.rows):
+        pairs.close()
+        return pairs
+    ids = source.key_ids
+    pair_limits = join_limits(limits, [target_keys, source.keys])
+    parts = bucket_pairs(
+        (target_keys.path, target_keys.total_bytes),
+        (source.keys.path, source.keys.total_bytes),
+        ids,
+        key_fields,
+        pair_limits,
+        limits,
+        spill_dir,
+        "merge",
+    )
+    on = " AND ".join(f'd."{key_column(i)}" = e."{key_column(i)}"' for i in ids)
+    query = f'SELECT d."{ORD}", d."{POS}", e."{SRC}" FROM d JOIN e ON {on}'
+    for data_path, source_path in parts:
+        try:
+            if source_path is None:
+                continue
+            ctx = join_session(pair_limits, spill_dir)
+            register_staged(ctx, "d", data_path)
+            register_staged(ctx, "e", source_path)
+            for chunk in ctx.sql(query).execute_stream():
+                batch = chunk.to_pyarrow()
+                if batch.num_rows:
+                    pairs.write(batch)
+        finally:
+            for path in (data_path, source_path):
+                if path not in (target_keys.path, source.keys.path):
+                    remove_staged(path)
+    pairs.close()
+    return pairs
+
+
+def check_cardinality(
+    pairs: StagedParquet, files: Sequence[ScannedFile], limits: ResourceLimits, spill_dir: str
+) -> None:
+    """Fail when a target row is paired with more than one source row (Spark's cardinality check).
+
+    :raises ConfigurationError: with Spark's message and the row's file and position.
+    """
+    if pairs.rows < 2:
+        return
+    ctx = join_session(limits, spill_dir)
+    register_staged(ctx, "p", pairs.path)
+    found = ctx.sql(
+        f'SELECT "{ORD}", "{POS}", count(*) AS n FROM p GROUP BY "{ORD}", "{POS}" HAVING count(*) > 1 LIMIT 1'
+    ).to_pylist()
+    if found:
+        row = found[0]
+        path = files[int(row[ORD])].data_file.file_path
+        raise ConfigurationError(
+            f"{CARDINALITY_ERROR} (row {row[POS]} of {path} matched {row['n']} source rows); the table is "
+            "unchanged"
+        )
+
+
+def matched_ordinals(
+    pairs: StagedParquet, file_count: int, limits: ResourceLimits, spill_dir: str
+) -> set[int]:
+    """The ordinals below ``file_count`` of the target files with a matched row."""
+    if not pairs.rows:
+        return set()
+    ctx = join_session(limits, spill_dir)
+    register_staged(ctx, "p", pairs.path)
+    rows = ctx.sql(f'SELECT DISTINCT "{ORD}" AS o FROM p WHERE "{ORD}" < {int(file_count)}').to_pydict()
+    return {int(o) for o in rows["o"]}
+
+
+def matched_source_rows(
+    pairs: StagedParquet, source: SourceStage, file_count: int, limits: ResourceLimits, spill_dir: str
+) -> Iterator[pa.RecordBatch]:
+    """The source row of every pair of the first ``file_count`` files, with the target row's ordinal and
+    position, sorted by both."""
+    if not pairs.rows:
+        return
+    ctx = join_session(join_limits(limits, [pairs, source.rows]), spill_dir)
+    register_staged(ctx, "p", pairs.path)
+    register_staged(ctx, "s", source.rows.path)
+    query = (
+        f'SELECT p."{ORD}", p."{POS}", s.* FROM p JOIN s ON p."{SRC}" = s."{SRC}" '
+        f'WHERE p."{ORD}" < {int(file_count)} ORDER BY 1, 2'
+    )
+    for chunk in ctx.sql(query).execute_stream():
+        batch = chunk.to_pyarrow()
+        if batch.num_rows:
+            yield batch
+
+
+def unmatched_source_rows(
+    pairs: StagedParquet, source: SourceStage, limits: ResourceLimits, spill_dir: str
+) -> Iterator[pa.RecordBatch]:
+    """The source rows no pair names (the NOT MATCHED rows), without the source ordinal."""
+    if not source.rows.rows:
+        return
+    ctx = join_session(join_limits(limits, [pairs, source.rows]), spill_dir)
+    register_staged(ctx, "s", source.rows.path)
+    if pairs.rows:
+        register_staged(ctx, "p", pairs.path)
+        query = f'SELECT s.* FROM s LEFT ANTI JOIN p ON s."{SRC}" = p."{SRC}"'
+    else:
+        query = "SELECT * FROM s"
+    for chunk in ctx.sql(query).execute_stream():
+        batch = chunk.to_pyarrow()
+        if batch.num_rows:
+            yield batch.drop_columns([SRC])
+
+
+class MatchedRows:
+    """The matched source rows (sorted by ordinal and position), taken file by file, batch by batch."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self._current: Any = None  # (batch, ordinals, positions, offset)
+        self._advance()
+
+    def _advance(self) -> None:
+        batch = next(self._batches, None)
+        if batch is None:
+            self._current = None
+            return
+        ordinals = batch.column(ORD).to_numpy()
+        positions = batch.column(POS).to_numpy()
+        self._current = [batch.drop_columns([ORD, POS, SRC]), ordinals, positions, 0]
+
+    def take(
+        self, ordinal: int, end_position: int
+    ) -> tuple[list[pa.RecordBatch], list[npt.NDArray[np.int64]]]:
+        """The rows of file ``ordinal`` with a position below ``end_position`` not taken yet, and their
+        positions (rows of earlier ordinals, whose files were not read, are skipped)."""
+        import numpy as np
+
+        rows: list[pa.RecordBatch] = []
+        positions: list[npt.NDArray[np.int64]] = []
+        while self._current is not None:
+            batch, ords, poss, offset = self._current
+            key = (ords[offset:].astype(np.int64) << 40) + poss[offset:]
+            end = offset + int(np.searchsorted(key, (ordinal << 40) + end_position))
+            start = offset + int(np.searchsorted(key, ordinal << 40))
+            if end > start:
+                rows.append(batch.slice(start, end - start))
+                positions.append(poss[start:end])
+            if end < len(ords):
+                self._current[3] = end
+                break
+            self._advance()
+        return rows, positions

@@ -1,0 +1,529 @@
+"""Executing one MERGE task: match its target files against the source, then rewrite the files that
+change (copy-on-write) or write position deletes and new rows for them (merge-on-read); the task that
+holds the inserts also writes the source rows no target row matched. One bounded execution per task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.contracts import MERGE_TASK_RESULT
+from airflow_provider_iceberg_exec.engine.deletes.equality import key_column
+from airflow_provider_iceberg_exec.engine.deletes.matches import equality_matches
+from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
+from airflow_provider_iceberg_exec.engine.documents import applied_deletes_of, check_base_snapshot
+from airflow_provider_iceberg_exec.engine.documents.merge import check_merge_task
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
+from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
+from airflow_provider_iceberg_exec.engine.io.session import ExecutionStats, resource_error, track_resources
+from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
+from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to_json
+from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_from_json
+from airflow_provider_iceberg_exec.engine.ops.merge.clauses import (
+    CHOICE,
+    KIND,
+    MATCHED,
+    NOT_MATCHED,
+    NOT_MATCHED_BY_SOURCE,
+    MergeClauses,
+)
+from airflow_provider_iceberg_exec.engine.ops.merge.matching import (
+    MatchedRows,
+    SourceStage,
+    check_cardinality,
+    match_pairs,
+    matched_ordinals,
+    matched_source_rows,
+    stage_target_keys,
+    unmatched_source_rows,
+)
+from airflow_provider_iceberg_exec.engine.ops.merge.outputs import Outputs
+from airflow_provider_iceberg_exec.engine.ops.merge.source import MergeSource
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow as pa
+    from pyiceberg.table import Table
+
+    from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
+
+__all__ = ["execute_merge_task", "key_fields_for"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Counts:
+    """What one task did to rows and files."""
+
+    updated: int = 0
+    deleted: int = 0
+    inserted: int = 0
+    copied: int = 0
+    matched: int = 0
+    delete_file_rows: int = 0
+    read_bytes: int = 0
+    removed: list[dict[str, Any]] = field(default_factory=list)
+    applied_deletes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def key_fields_for(table: Table, on: Sequence[str]) -> list[Any]:
+    """The join key fields: top-level primitive columns of the table, each once, under hidden names.
+
+    :raises ConfigurationError: for an empty key, an unknown or nested column, or one named twice.
+    """
+    from pyiceberg.types import NestedField, PrimitiveType
+
+    schema = table.metadata.schema()
+    names = [c.name for c in schema.columns]
+    if not on:
+        raise ConfigurationError("a merge needs join columns, e.g. on=['id']")
+    if len(set(on)) != len(on):
+        raise ConfigurationError(f"join columns {', '.join(on)} name a column twice")
+    out = []
+    for name in on:
+        if name not in names:
+            raise ConfigurationError(
+                f"join column {name!r} is not a top-level column of the table; columns: {', '.join(names)}"
+            )
+        found = schema.find_field(name)
+        if not isinstance(found.field_type, PrimitiveType):
+            raise ConfigurationError(f"join column {name!r} is not of a primitive type")
+        out.append(NestedField(found.field_id, key_column(found.field_id), found.field_type, required=False))
+    return out
+
+
+def execute_merge_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
+    """Run one MERGE task in a bounded execution and return its result document.
+
+    :returns: ``iceberg-exec/merge-task-result@1``: the data files removed (copy-on-write) and the data
+        and delete files added, as content-file JSON, with Spark's row counts, bytes, peak RSS and spill.
+    :raises ConfigurationError: for a malformed task, a task planned on another table state, a target row
+        matched by two source rows, or rows that do not fit the table (a null in a required column).
+    :raises DataFileReadError: when an input file is missing or corrupt.
+    :raises ResourceLimitError: when the memory pool or the spill disk runs out.
+    """
+    doc = check_merge_task(task)
+    metadata = table.metadata
+    if doc["base_snapshot_id"] is not None:
+        check_base_snapshot(metadata, doc["base_snapshot_id"])
+    if int(doc["schema_id"]) != metadata.schema().schema_id:
+        raise ConfigurationError(f"the schema of {doc['table']} changed since planning; plan again")
+    run = _Run(table, doc, limits)
+    with track_resources(limits) as (spill_dir, stats):
+        try:
+            run.execute(spill_dir)
+        except BaseException as err:
+            run.outputs.abort()
+            mapped = resource_error(err)
+            if mapped is err:
+                raise
+            raise mapped from err
+    return run.result(stats)
+
+
+class _Run:
+    """One task's execution over its files: counts and outputs."""
+
+    def __init__(self, table: Table, doc: Mapping[str, Any], limits: ResourceLimits) -> None:
+        metadata = table.metadata
+        self.table, self.doc, self.limits = table, doc, limits
+        self.schema = metadata.schema()
+        self.clauses = MergeClauses.from_json(self.schema, doc["clauses"])
+        self.key_names = list(doc["on"])
+        self.key_fields = key_fields_for(table, self.key_names)
+        self.copy_on_write = doc["mode"] == "copy-on-write"
+        self.specs = metadata.specs()
+        self.files = [scanned_from_json(e, self.specs, self.schema) for e in doc["data_files"]]
+        self.key_files = [scanned_from_json(e, self.specs, self.schema) for e in doc.get("key_files") or []]
+        self.counts = Counts()
+        self.outputs = Outputs(table, self.specs[int(doc["output_spec_id"])], str(doc["task_id"]), limits)
+        updated = {c for clause in self.clauses.all if clause.action == "update" for c in clause.values}
+        self.moves_partitions = any(
+            self.schema.find_column_name(f.source_id) in updated for f in self.outputs.spec.fields
+        )
+        self.source = MergeSource.from_json(table, doc["source"])
+        self.evaluator = _Evaluator(self.clauses, self.schema, self.source.arrow_schema)
+
+    def execute(self, spill_dir: str) -> None:
+        every = [*self.files, *self.key_files]
+        dead = _dead_positions(self.table, every, self.limits, spill_dir)
+        source = SourceStage(
+            self.table,
+            self.source,
+            self.key_names,
+            self.key_fields,
+            self.limits,
+            spill_dir,
+        )
+        self.outputs.start(spill_dir)
+        pairs: StagedParquet | None = None
+        try:
+            keys = stage_target_keys(
+                self.table,
+                [(i, f, dead[i]) for i, f in enumerate(every)],
+                self.key_fields,
+                source,
+                self.limits,
+                spill_dir,
+            )
+            try:
+                pairs = match_pairs(keys, source, self.key_fields, self.limits, spill_dir)
+            finally:
+                keys.remove()
+            if self.clauses.checks_cardinality:
+                check_cardinality(pairs, every, self.limits, spill_dir)
+            if self.clauses.matched or self.clauses.not_matched_by_source:
+                self._target_files(pairs, source, dead, spill_dir)
+            if self.doc["inserts"] and self.clauses.not_matched:
+                for batch in unmatched_source_rows(pairs, source, self.limits, spill_dir):
+                    self._insert(batch)
+            self.outputs.finish()
+        finally:
+            source.remove()
+            if pairs is not None:
+                pairs.remove()
+        expected = self.counts.copied + self.counts.updated + self.counts.inserted
+        if self.outputs.rows_written != expected:
+            raise IcebergExecError(
+                f"task {self.doc['task_id']} kept {expected} rows but wrote {self.outputs.rows_written}"
+            )
+
+    def _target_files(
+        self, pairs: StagedParquet, source: SourceStage, dead: list[Any], spill_dir: str
+    ) -> None:
+        touched = matched_ordinals(pairs, len(self.files), self.limits, spill_dir)
+        matched = MatchedRows(matched_source_rows(pairs, source, len(self.files), self.limits, spill_dir))
+        for ordinal, scanned in enumerate(self.files):
+            if ordinal in touched or self.clauses.not_matched_by_source:
+                self._target_file(ordinal, scanned, dead[ordinal], matched)
+
+    def _target_file(
+        self, ordinal: int, scanned: ScannedFile, dead: npt.NDArray[np.int64], matched: MatchedRows
+    ) -> None:
+        """Apply the clauses to one target file's live rows; keep its outputs only when a row changed."""
+        import numpy as np
+
+        data_file = scanned.data_file
+        in_place = self.copy_on_write and (
+            self.outputs.spec.is_unpartitioned()
+            or (data_file.spec_id == self.outputs.spec.spec_id and not self.moves_partitions)
+        )
+        file_out = self.outputs.for_file(scanned, in_place=in_place, copy_on_write=self.copy_on_write)
+        counts = Counts()
+        live = 0
+        for batch, positions in _live_rows(self.table, scanned, dead, self.limits):
+            live += batch.num_rows
+            rows, row_positions = matched.take(ordinal, int(positions[-1]) + 1)
+            combined = _combine(batch, positions, rows, row_positions, self.evaluator.source_type)
+            choice = self.evaluator.choose(combined)
+            counts.matched += int(np.count_nonzero(combined.column(KIND).to_numpy() == MATCHED))
+            changes = self.evaluator.changes(choice)
+            updates = self.evaluator.updates(combined, choice)
+            counts.updated += 0 if updates is None else updates.num_rows
+            counts.deleted += int(np.count_nonzero(changes)) - (0 if updates is None else updates.num_rows)
+            if self.copy_on_write:
+                kept = batch.filter(~changes) if changes.any() else batch
+                counts.copied += kept.num_rows
+                file_out.write_kept(kept)
+            else:
+                file_out.write_deletes(positions[changes])
+            if updates is not None:
+                file_out.write_updated(updates)
+        changed = counts.updated + counts.deleted
+        if not changed:
+            file_out.discard()
+            return
+        file_out.close()
+        counts.delete_file_rows = data_file.record_count - live
+        counts.read_bytes = data_file.file_size_in_bytes
+        self._add(counts)
+        if self.copy_on_write:
+            entry = self.doc["data_files"][ordinal]
+            self.counts.removed.append(dict(entry["data-file"]))
+            self.counts.applied_deletes[data_file.file_path] = applied_deletes_of(entry)
+
+    def _add(self, counts: Counts) -> None:
+        for name in ("updated", "deleted", "copied", "matched", "delete_file_rows", "read_bytes"):
+            setattr(self.counts, name, getattr(self.counts, name) + getattr(counts, name))
+
+    def _insert(self, batch: pa.RecordBatch) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        n = batch.num_rows
+        combined = pa.RecordBatch.from_arrays(
+            [
+                pa.nulls(n, self.evaluator.target_type),
+                pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema)),
+                pa.array(np.full(n, NOT_MATCHED, dtype=np.int8)),
+            ],
+            names=["t", "s", KIND],
+        )
+        rows = self.evaluator.inserts(combined, self.evaluator.choose(combined))
+        if rows is not None and rows.num_rows:
+            self.counts.inserted += rows.num_rows
+            self.outputs.write_new(rows)
+
+    def result(self, stats: ExecutionStats) -> dict[str, Any]:
+        doc, counts, schema = self.doc, self.counts, self.schema
+        added = self.outputs.data_files
+        deletes = self.outputs.delete_files
+        log.info(
+            "merge task %s (%s): %d file(s) changed, %d data and %d delete file(s) added; rows updated %d, "
+            "deleted %d, inserted %d, copied %d; peak RSS %d MiB, spilled %d MiB",
+            doc["task_id"],
+            doc["mode"],
+            len(self.outputs.changed_files),
+            len(added),
+            len(deletes),
+            counts.updated,
+            counts.deleted,
+            counts.inserted,
+            counts.copied,
+            stats.peak_rss_bytes >> 20,
+            stats.spilled_bytes >> 20,
+        )
+        return {
+            "schema": MERGE_TASK_RESULT,
+            **{key: doc[key] for key in _PASSED_ON},
+            "removed_data_files": counts.removed,
+            "applied_deletes": counts.applied_deletes,
+            "added_data_files": [data_file_to_json(f, self.outputs.spec, schema) for f in added],
+            "added_delete_files": [data_file_to_json(f, self.specs[f.spec_id], schema) for f in deletes],
+            "changed_data_files": sorted(self.outputs.changed_files),
+            "num_target_rows_updated": counts.updated,
+            "num_target_rows_deleted": counts.deleted,
+            "num_target_rows_inserted": counts.inserted,
+            "num_target_rows_copied": counts.copied,
+            "num_target_rows_matched": counts.matched,
+            "delete_file_rows": counts.delete_file_rows,
+            "read_bytes": counts.read_bytes,
+            "written_bytes": sum(f.file_size_in_bytes for f in [*added, *deletes]),
+            "peak_rss_bytes": stats.peak_rss_bytes,
+            "spilled_bytes": stats.spilled_bytes,
+            "elapsed_seconds": round(stats.elapsed_seconds, 3),
+        }
+
+
+#: the keys a task passes on to its result; the results committed together agree on them (one plan)
+_PASSED_ON = (
+    "table",
+    "branch",
+    "base_snapshot_id",
+    "schema_id",
+    "mode",
+    "isolation_level",
+    "on",
+    "clauses",
+    "conflict_filter",
+    "task_id",
+    "tasks_count",
+    "inserts",
+    "plan_id",
+)
+
+
+def _dead_positions(
+    table: Table, files: Sequence[ScannedFile], limits: ResourceLimits, spill_dir: str
+) -> list[Any]:
+    """The positions of every file's rows its delete files remove (sorted, unique)."""
+    import numpy as np
+    from pyiceberg.manifest import DataFileContent
+
+    dead = [deleted_positions(table.io, scanned) for scanned in files]
+    equality = {
+        d.data_file.file_path: d
+        for f in files
+        for d in f.delete_files
+        if d.data_file.content == DataFileContent.EQUALITY_DELETES
+    }
+    if equality:
+        for ordinal, positions in equality_matches(
+            table.io, table.metadata, files, list(equality.values()), limits=limits, spill_dir=spill_dir
+        ):
+            dead[ordinal] = np.union1d(dead[ordinal], positions)
+    return dead
+
+
+def _live_rows(
+    table: Table, scanned: ScannedFile, dead: npt.NDArray[np.int64], limits: ResourceLimits
+) -> Iterator[tuple[pa.RecordBatch, npt.NDArray[np.int64]]]:
+    """The live rows of a data file in file order, each batch with its rows' positions."""
+    import numpy as np
+    import pyarrow as pa
+
+    metadata = table.metadata
+    data_file = scanned.data_file
+    start = 0
+    for batch in iter_data_file_batches(
+        table.io,
+        data_file,
+        table_schema=metadata.schema(),
+        spec=metadata.specs()[data_file.spec_id],
+        name_mapping=metadata.name_mapping(),
+        format_version=metadata.format_version,
+        batch_size=read_batch_rows(data_file, limits.batch_size),
+    ):
+        n = batch.num_rows
+        positions = np.arange(start, start + n, dtype=np.int64)
+        start += n
+        if len(dead):
+            keep = ~np.isin(positions, dead, assume_unique=True)
+            batch, positions = batch.filter(pa.array(keep)), positions[keep]
+        if batch.num_rows:
+            yield batch, positions
+
+
+def _combine(
+    batch: pa.RecordBatch,
+    positions: npt.NDArray[np.int64],
+    rows: list[pa.RecordBatch],
+    row_positions: list[npt.NDArray[np.int64]],
+    source_type: pa.DataType,
+) -> pa.RecordBatch:
+    """The target rows of ``batch`` beside their matched source rows: columns ``t``, ``s`` and the kind."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = batch.num_rows
+    target = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
+    if not rows:
+        source = pa.nulls(n, source_type)
+        kind = np.full(n, NOT_MATCHED_BY_SOURCE, dtype=np.int8)
+    else:
+        matched = pa.Table.from_batches(rows).combine_chunks()
+        at = np.searchsorted(positions, np.concatenate(row_positions))
+        index = np.full(n, -1, dtype=np.int64)
+        index[at] = np.arange(len(at))
+        taken = matched.take(pa.array(index, mask=index < 0))
+        source = pa.StructArray.from_arrays(
+            [c.combine_chunks().cast(f.type) for c, f in zip(taken.columns, source_type, strict=True)],
+            fields=list(source_type),
+            mask=pa.array(index < 0),
+        )
+        kind = np.where(index >= 0, MATCHED, NOT_MATCHED_BY_SOURCE).astype(np.int8)
+    return pa.RecordBatch.from_arrays([target, source, pa.array(kind)], names=["t", "s", KIND])
+
+
+class _Evaluator:
+    """The clauses over combined batches: which clause each row takes, and the rows it writes.
+
+    Clauses without conditions are decided by the row's kind alone; ``UPDATE SET *`` and ``INSERT *``
+    take the source row's columns as they are; anything else is one DataFusion query per batch.
+    """
+
+    def __init__(self, clauses: MergeClauses, schema: Any, source_schema: pa.Schema) -> None:
+        import pyarrow as pa
+        from datafusion import SessionConfig, SessionContext
+
+        self.clauses = clauses
+        self.arrow_schema = schema.as_arrow()
+        self.target_type = pa.struct(list(self.arrow_schema))
+        self.schema = schema
+        self.deletes = clauses.numbers("delete")
+        self.update_numbers = clauses.numbers("update")
+        self.insert_numbers = clauses.numbers("insert")
+        # One partition: the clause numbers must come back in the rows' order.
+        self._ctx = SessionContext(SessionConfig().with_target_partitions(1))
+        self.source_type = pa.struct(list(source_schema))
+        self._by_kind = self._unconditional()
+
+    def _unconditional(self) -> dict[int, int] | None:
+        """The clause number each kind takes when no clause has a condition, else ``None``."""
+        if any(c.condition for c in self.clauses.all):
+            return None
+        first: dict[int, int] = {}
+        for number, clause in enumerate(self.clauses.all, start=1):
+            first.setdefault(clause.kind, number)
+        return first
+
+    def choose(self, combined: pa.RecordBatch) -> npt.NDArray[np.int64]:
+        import numpy as np
+
+        kinds = combined.column(KIND).to_numpy()
+        if self._by_kind is not None:
+            choice = np.zeros(len(kinds), dtype=np.int64)
+            for kind, number in self._by_kind.items():
+                choice[kinds == kind] = number
+            return choice
+        table = self._query(combined, self.clauses.choice_sql("m"))
+        numbers: npt.NDArray[np.int64] = table.column(0).to_numpy().astype(np.int64)
+        return numbers
+
+    def changes(self, choice: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        import numpy as np
+
+        changed: npt.NDArray[np.bool_] = np.isin(choice, [*self.deletes, *self.update_numbers])
+        return changed
+
+    def updates(self, combined: pa.RecordBatch, choice: npt.NDArray[np.int64]) -> pa.RecordBatch | None:
+        return self._rows(combined, choice, self.update_numbers)
+
+    def inserts(self, combined: pa.RecordBatch, choice: npt.NDArray[np.int64]) -> pa.RecordBatch | None:
+        return self._rows(combined, choice, self.insert_numbers)
+
+    def _rows(
+        self, combined: pa.RecordBatch, choice: npt.NDArray[np.int64], numbers: list[int]
+    ) -> pa.RecordBatch | None:
+        import numpy as np
+        import pyarrow as pa
+
+        from airflow_provider_iceberg_exec.engine.io.write import check_required, conform_batch
+
+        taken = np.isin(choice, numbers)
+        if not numbers or not taken.any():
+            return None
+        chosen = {int(n) for n in np.unique(choice[taken])}
+        if all(self._copies_source(n) for n in chosen):
+            source = combined.column("s").filter(pa.array(taken))
+            out = pa.RecordBatch.from_arrays(
+                [source.field(c) for c in self.arrow_schema.names], schema=self.arrow_schema
+            )
+        else:
+            with_choice = combined.append_column(CHOICE, pa.array(choice))
+            table = self._query(with_choice, self.clauses.output_sql("m", sorted(chosen)))
+            out = conform_batch(_one_batch(table, self.arrow_schema), self.arrow_schema)
+        check_required(out, self.schema, "merge")
+        return out
+
+    def _copies_source(self, number: int) -> bool:
+        clause = self.clauses.all[number - 1]
+        return all(clause.values.get(c) == f"s.{_plain(c)}" for c in self.arrow_schema.names)
+
+    def _query(self, batch: pa.RecordBatch, sql: str) -> pa.Table:
+        import pyarrow as pa
+
+        from airflow_provider_iceberg_exec.engine.errors import first_line
+
+        self._ctx.register_record_batches("m", [[batch]])
+        try:
+            return pa.Table.from_batches(self._ctx.sql(sql).collect())
+        except Exception as err:  # DataFusion's planning and execution errors
+            raise ConfigurationError(
+                f"cannot evaluate the merge clauses: {first_line(err)}; qualify columns with t. (target) or "
+                "s. (source)"
+            ) from err
+        finally:
+            self._ctx.deregister_table("m")
+
+
+def _plain(name: str) -> str:
+    import re
+
+    return name if re.fullmatch(r"[a-z_][a-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'
+
+
+def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    if table.num_rows == 0:
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    columns = [table.column(i).combine_chunks() for i in range(table.num_columns)]
+    arrays = [c.cast(f.type) if c.type != f.type else c for c, f in zip(columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
