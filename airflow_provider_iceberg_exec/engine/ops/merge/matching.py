@@ -15,6 +15,7 @@ target order.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -252,7 +253,13 @@ def matched_source_rows(
     position, sorted by both."""
     if not pairs.rows:
         return
-    ctx = join_session(join_limits(limits, [pairs, source.rows]), spill_dir)
+    # Nothing else of the task holds memory now (both sides are staged): the join and the sort of whole
+    # source rows get the whole limit, in batches of about 64 KiB.
+    sized = join_limits(limits, [pairs, source.rows])
+    ctx = join_session(
+        dataclasses.replace(sized, memory_limit_bytes=limits.memory_limit_bytes, target_partitions=1),
+        spill_dir,
+    )
     register_staged(ctx, "p", pairs.path)
     register_staged(ctx, "s", source.rows.path)
     query = (
