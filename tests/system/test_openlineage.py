@@ -13,30 +13,39 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from tests.helpers import live_checksum
-from tests.system.conftest import REPO
+from tests.system.conftest import REPO, TABLE, connection_json
 from tests.system.openlineage_dag import DAG_ID, DELETE_WHERE
 
 pytestmark = pytest.mark.system
 
 
-@pytest.fixture
-def lineage_run(airflow_db, demo_table, tmp_path) -> dict[str, Any]:
-    """The events and task results of one run, with the table's head snapshot before it."""
-    events_file, results_file = tmp_path / "events.jsonl", tmp_path / "results.json"
-    before = demo_table.current_snapshot().snapshot_id
+@pytest.fixture(scope="module")
+def lineage_run(airflow_db, tmp_path_factory) -> dict[str, Any]:
+    """The events and task results of one run (shared by the tests: a run takes a minute), with the
+    table's head snapshot before it."""
+    from airflow_provider_iceberg_exec.demo import demo_catalog_properties, make_fragmented_table
+    from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
+
+    workdir = tmp_path_factory.mktemp("lineage")
+    catalog = load_catalog(CatalogConfig("demo", demo_catalog_properties(str(workdir))))
+    table = make_fragmented_table(catalog, TABLE, num_files=12, rows_per_file=300)
+    before = table.current_snapshot().snapshot_id
+    events_file, results_file = workdir / "events.jsonl", workdir / "results.json"
     env = {
         **os.environ,
+        "AIRFLOW_CONN_ICEBERG_EXEC_DEFAULT": connection_json(workdir),
+        "AIRFLOW__ICEBERG_EXEC__SPILL_DIR": str(workdir / "spill"),
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
             {"type": "file", "log_file_path": str(events_file), "append": True}
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "iceberg-exec-tests",
+        "PYICEBERG_HOME": str(workdir),
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
     done = subprocess.run(
@@ -52,9 +61,13 @@ def lineage_run(airflow_db, demo_table, tmp_path) -> dict[str, Any]:
     results = json.loads(results_file.read_text())
     assert results["state"] == "success", results["tasks"]
     lines = events_file.read_text().splitlines() if events_file.exists() else []
-    events = [json.loads(line) for line in lines if line.strip()]
-    demo_table.refresh()
-    return {"events": events, "tasks": results["tasks"], "before": before, "table": demo_table}
+    table.refresh()
+    return {
+        "events": [json.loads(line) for line in lines if line.strip()],
+        "tasks": results["tasks"],
+        "before": before,
+        "table": table,
+    }
 
 
 def _event(run: dict[str, Any], task_id: str, event_type: str, map_index: int = -1) -> dict[str, Any]:
@@ -86,7 +99,8 @@ def _version(dataset: dict[str, Any]) -> int:
 
 def _summary(table, snapshot_id: int) -> dict[str, str]:
     snapshot = table.snapshot_by_id(snapshot_id)
-    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot is not None
+    assert snapshot.summary is not None
     return {key: str(value) for key, value in snapshot.summary.additional_properties.items()}
 
 
