@@ -407,10 +407,8 @@ def _schema_facet_fields(schema: Any) -> list[Any]:
 
 def _run_facet(operator: Any, name: str, result: Any, *, before: int | None, committed: list[int]) -> Any:
     """The ``icebergExec`` run facet: what the task did to the table."""
-    from airflow_provider_iceberg_exec.operators._lineage_facet import IcebergExecRunFacet
-
     operation = operator._lineage_operation(result)
-    return IcebergExecRunFacet(
+    return _facet_class()(
         operation=operation,
         changesRows=operation in ROW_CHANGING,
         table=name,
@@ -420,3 +418,42 @@ def _run_facet(operator: Any, name: str, result: Any, *, before: int | None, com
         alreadyCommitted=bool(isinstance(result, Mapping) and result.get("already_committed")),
         counters=_counters(result),
     )
+
+
+@functools.cache
+def _facet_class() -> type:
+    """The ``icebergExec`` run facet class, defined on first use: it subclasses OpenLineage's RunFacet."""
+    from attrs import define, field
+    from openlineage.client.facet_v2 import RunFacet
+
+    @define
+    class IcebergExecRunFacet(RunFacet):
+        """What one task did to its Iceberg table (docs/lineage.md describes every field).
+
+        OpenLineage facets are camelCase: ``operation`` (``compaction``, ``delete``, ...), ``changesRows``,
+        ``table`` in ``catalog``, ``snapshotIdBefore`` (the snapshot read), ``committedSnapshotIds`` (in
+        order; empty: nothing committed), ``alreadyCommitted`` (a retry found its commit landed) and
+        ``counters`` (the integer counters of the task's result JSON, by their result names).
+        """
+
+        operation: str
+        changesRows: bool
+        table: str
+        catalog: str
+        snapshotIdBefore: int | None = None
+        committedSnapshotIds: list[int] = field(factory=list)
+        alreadyCommitted: bool = False
+        counters: dict[str, int] = field(factory=dict)
+
+        _additional_skip_redact: ClassVar[list[str]] = [
+            "operation",
+            "changesRows",
+            "snapshotIdBefore",
+            "committedSnapshotIds",
+        ]
+
+        @staticmethod
+        def _get_schema() -> str:
+            return FACET_SCHEMA_URL
+
+    return IcebergExecRunFacet
