@@ -67,6 +67,7 @@ class Outputs:
         self._writers: list[Any] = []
         self._new: RollingDataFileWriter | None = None
         self._new_stage: StagedParquet | None = None
+        self._new_schema: pa.Schema | None = None
         self._spill_dir = ""
         self._number = 0
 
@@ -105,6 +106,11 @@ class Outputs:
             return
         if self._new_stage is None:
             self._new_stage = StagedParquet(os.path.join(self._spill_dir, "merge-new-rows"))
+            self._new_schema = rows.schema
+        elif not rows.schema.equals(self._new_schema):
+            # Inserted rows come from the source, moved ones from a target file: the same Iceberg types
+            # may be other Arrow types (string / large_string), and one stage holds one schema.
+            rows = rows.cast(self._new_schema)
         self._new_stage.write(rows)
 
     def finish(self) -> None:
