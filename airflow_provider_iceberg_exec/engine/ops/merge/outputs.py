@@ -20,7 +20,7 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.io.position_delete_writer import PositionDeleteWriter
 from airflow_provider_iceberg_exec.engine.io.sorting import sort_for_output
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
-from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter
+from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter, conform_batch
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,6 +55,7 @@ class Outputs:
             metadata.properties.get(_DELETE_TARGET_FILE_SIZE_PROPERTY, _DEFAULT_DELETE_TARGET_FILE_SIZE)
         )
         self.splitter = PartitionSplitter(spec, self.schema)
+        self._arrow_schema = self.schema.as_arrow()
         self.data_files: list[DataFile] = []
         self.delete_files: list[DataFile] = []
         self.changed_files: set[str] = set()
@@ -92,6 +93,7 @@ class Outputs:
 
     def write_new(self, rows: pa.RecordBatch) -> None:
         """Rows for the new-rows writer (clustered by partition first in a partitioned table)."""
+        rows = conform_batch(rows, self._arrow_schema)
         if self.spec.is_unpartitioned():
             if self._new is None:
                 self._new = self.data_writer("new")
