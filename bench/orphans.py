@@ -374,7 +374,20 @@ def orchestrate(args: argparse.Namespace) -> int:
     print(table)
     print(report.get("target", ""))
     print(f"\nresults: {out}/orphans-results-{stamp}.json")
+    _draw_charts(os.path.join(out, f"orphans-results-{stamp}.json"))
     return 0 if all(r["correct"] for r in report["results"]) else 1
+
+
+def _draw_charts(json_path: str) -> None:
+    """bench/charts.py's charts beside the result JSON."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_charts", os.path.join(HERE, "charts.py"))
+    if spec is None or spec.loader is None:
+        raise RuntimeError("cannot load bench/charts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.draw_next_to(json_path)
 
 
 def main(argv: list[str] | None = None) -> int:
