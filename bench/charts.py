@@ -347,7 +347,7 @@ def _reference(bars: Sequence[Bar], value: str) -> Bar | None:
 def _panel(ax: Any, described: Described, value: str, unit: str, colors: dict[str, str]) -> None:
     """One panel of grouped bars: ``value`` ('seconds' or 'peak_rss_mib') per case, per group."""
     groups = list(dict.fromkeys(b.group for b in described.bars))
-    width = 0.8 / max(sum(1 for b in described.bars if b.group == g) for g in groups)
+    width = min(0.8 / max(sum(1 for b in described.bars if b.group == g) for g in groups), 0.3)
     top = max((getattr(b, value) or 0 for b in described.bars), default=0) or 1
     for index, group in enumerate(groups):
         members = [b for b in described.bars if b.group == group]

@@ -345,6 +345,7 @@ def _draw_charts(json_path: str) -> None:
     if spec is None or spec.loader is None:
         raise RuntimeError("cannot load bench/charts.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_charts"] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     module.draw_next_to(json_path)
 
