@@ -218,8 +218,8 @@ def _dataset_label(dataset: dict[str, Any]) -> str:
         return (
             _rows_label(dataset.get("rows"), dataset.get("files")) + f", {dataset['live_rows'] / 1e6:g}M live"
         )
-    if "orphans" in dataset or "listed" in dataset:
-        return f"{dataset.get('files', dataset.get('listed', '?')):,} files"
+    if "orphans" in dataset:  # orphans.py: a table location of that many files
+        return f"{dataset['files']:,} files, {dataset['orphans']:,} orphans"
     size = dataset.get("total_bytes") or dataset.get("data_bytes")
     return _rows_label(dataset.get("rows"), dataset.get("files"), size)
 
@@ -257,7 +257,7 @@ def _caption(doc: dict[str, Any], results: Sequence[dict[str, Any]]) -> str:
 
 
 def _short_command(command: str) -> str:
-    """The command without the interpreter's path and the absolute output directory."""
+    """The command as typed from the repository: ``python bench/<script>.py ...``."""
     if not command:
         return ""
     words = shlex.split(command)

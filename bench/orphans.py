@@ -348,7 +348,9 @@ def orchestrate(args: argparse.Namespace) -> int:
         run_dir = os.path.join(out, "runs", f"orphans-{stamp}-{case}")
         os.makedirs(run_dir)
         print(f"running {case} ...", flush=True)
+        load_before = round(os.getloadavg()[0], 2)
         result = _run_child(case, directory, run_dir)
+        result["load_before"], result["load_after"] = load_before, round(os.getloadavg()[0], 2)
         result["correct"] = _check(result, dataset)
         report["results"].append(result)
         print(
