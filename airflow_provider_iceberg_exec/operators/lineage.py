@@ -63,6 +63,7 @@ _COMMITTED_OPERATION = {
     "iceberg-exec/rewrite-position-deletes-result@1": "rewrite-position-deletes",
     "iceberg-exec/convert-result@1": "convert-equality-deletes",
     "iceberg-exec/rewrite-manifests-result@1": "rewrite-manifests",
+    "iceberg-exec/merge-result@1": "merge",
 }
 #: object stores, whose dataset names are keys (no leading slash); file systems keep the absolute path
 _OBJECT_STORES = frozenset({"s3", "gs", "abfss", "wasbs", "oss", "r2"})

@@ -46,6 +46,7 @@ from airflow_provider_iceberg_exec.operators.compaction import (
     stage_task_specs,
 )
 from airflow_provider_iceberg_exec.operators.cow import _source_files
+from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -99,8 +100,10 @@ def _snapshot_id(value: int | str | None) -> int | None:
         raise ConfigurationError(f"source_snapshot_id must be a snapshot id, got {text!r}") from err
 
 
-class _MergeSpecOperator(BaseOperator):
+class _MergeSpecOperator(OpenLineageMixin, BaseOperator):
     """What every MERGE task is given: the table, the join columns, the source, the clauses, the mode."""
+
+    table_lineage = TableLineage("merge")
 
     def __init__(
         self,
@@ -189,6 +192,8 @@ class MergeOperator(_MergeSpecOperator):
     :param asset_alias: the asset alias the table's asset is emitted through; ``None`` for none.
     """
 
+    table_lineage = TableLineage("merge", output="commit")
+
     template_fields: Sequence[str] = (
         "table",
         "on",
@@ -271,6 +276,8 @@ class UpsertOperator(MergeOperator):
     :param when_not_matched_insert_all: insert the source rows no target row matches.
     """
 
+    table_lineage = TableLineage("upsert", output="commit")
+
     template_fields: Sequence[str] = (
         "table",
         "join_cols",
@@ -328,6 +335,8 @@ class MergePlanOperator(_MergeSpecOperator):
     :param payload_file_threshold: above this many files the tasks are staged in files; default
         ``[iceberg_exec] payload_file_threshold``.
     """
+
+    table_lineage = TableLineage("merge")
 
     template_fields: Sequence[str] = (
         "table",
@@ -399,6 +408,8 @@ class MergeTaskOperator(BoundedRewriteOperator):
     :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
     :param payload_file_threshold: see :class:`MergePlanOperator`.
     """
+
+    table_lineage = TableLineage("merge")
 
     ui_color = "#8fd1a4"
     result_name_prefix = "result-merge-task-"
