@@ -329,6 +329,7 @@ def _report(args: argparse.Namespace, stamp: str, rows: list[dict[str, Any]], ta
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]),
         "args": {"rows": args.rows, "files": args.files},
+        "memory_limit_bytes": MEMORY_LIMIT,
         "results": rows,
     }
     path = os.path.join(args.out, f"object-store-{stamp}.json")

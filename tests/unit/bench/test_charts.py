@@ -132,3 +132,13 @@ def test_the_cli_redraws_saved_results(tmp_path: Path) -> None:
         "manifests-20261201-173714-scale.png",
     ]
     assert done.stdout.split() == [str(out / n) for n in sorted(p.name for p in out.iterdir())]
+
+
+@pytest.mark.parametrize("path", sorted((BENCH / "results").glob("*.json")), ids=lambda p: p.name)
+def test_every_kept_result_describes_its_bench_and_peers(path: Path) -> None:
+    described = charts.describe(_doc(path))
+
+    assert path.name.startswith(f"{described.bench}-")
+    assert any(b.role == "ours" and b.seconds and b.peak_rss_mib for b in described.bars)
+    assert any(b.role != "ours" and b.peak_rss_mib for b in described.bars)
+    assert "load average (1 min)" in described.caption
