@@ -15,7 +15,6 @@ target order.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -250,26 +249,90 @@ def matched_source_rows(
     pairs: StagedParquet, source: SourceStage, file_count: int, limits: ResourceLimits, spill_dir: str
 ) -> Iterator[pa.RecordBatch]:
     """The source row of every pair of the first ``file_count`` files, with the target row's ordinal and
-    position, sorted by both."""
+    position, sorted by both.
+
+    The pairs are taken in ranges of ``(ordinal, position)`` whose source rows fit a quarter of the
+    memory limit. For each range the staged source, which is in source-ordinal order, streams once and
+    its rows are taken by ordinal; the range's rows are then sorted in memory. Nothing wide is spilled
+    or sorted on disk: the source streams once per range instead.
+    """
     if not pairs.rows:
         return
-    # Nothing else of the task holds memory now (both sides are staged): the join and the sort of whole
-    # source rows get the whole limit, in batches of about 64 KiB.
-    sized = join_limits(limits, [pairs, source.rows])
-    ctx = join_session(
-        dataclasses.replace(sized, memory_limit_bytes=limits.memory_limit_bytes, target_partitions=1),
-        spill_dir,
-    )
+    ctx = join_session(limits, spill_dir)
     register_staged(ctx, "p", pairs.path)
-    register_staged(ctx, "s", source.rows.path)
-    query = (
-        f'SELECT p."{ORD}", p."{POS}", s.* FROM p JOIN s ON p."{SRC}" = s."{SRC}" '
-        f'WHERE p."{ORD}" < {int(file_count)} ORDER BY 1, 2'
-    )
-    for chunk in ctx.sql(query).execute_stream():
-        batch = chunk.to_pyarrow()
-        if batch.num_rows:
-            yield batch
+    row_bytes = max(1, source.rows.total_bytes // max(1, source.rows.rows)) + 24
+    budget_rows = max(1 << 14, limits.memory_limit_bytes // 4 // row_bytes)
+    for low, high in _ranges(ctx, file_count, budget_rows):
+        chunk = ctx.sql(
+            f'SELECT "{ORD}", "{POS}", "{SRC}" FROM p WHERE "{ORD}" < {int(file_count)} AND '
+            f'("{ORD}" * {_CHUNK_SPAN} + "{POS}" / {_CHUNK_ROWS}) BETWEEN {low} AND {high}'
+        ).to_arrow_table()
+        yield from _fetch_sorted(chunk, source, limits.batch_size)
+
+
+#: pairs are counted in chunks of this many positions of one file; a range is a run of chunks
+_CHUNK_ROWS = 1 << 16
+_CHUNK_SPAN = 1 << 32  # chunk numbers of one ordinal stay below this
+
+
+def _ranges(ctx: Any, file_count: int, budget_rows: int) -> list[tuple[int, int]]:
+    """Runs of ``(ordinal, position chunk)`` keys, in order, each holding at most ``budget_rows`` pairs
+    (or a single chunk that holds more)."""
+    key = f'("{ORD}" * {_CHUNK_SPAN} + "{POS}" / {_CHUNK_ROWS})'
+    counts = ctx.sql(
+        f'SELECT {key} AS k, count(*) AS n FROM p WHERE "{ORD}" < {int(file_count)} GROUP BY 1 ORDER BY 1'
+    ).to_pydict()
+    ranges: list[tuple[int, int]] = []
+    start: int | None = None
+    total = previous = 0
+    for k, n in zip(counts["k"], counts["n"], strict=True):
+        if start is not None and total + n > budget_rows:
+            ranges.append((start, previous))
+            start, total = None, 0
+        if start is None:
+            start = k
+        total += n
+        previous = k
+    if start is not None:
+        ranges.append((start, previous))
+    return ranges
+
+
+def _fetch_sorted(chunk: pa.Table, source: SourceStage, batch_size: int) -> Iterator[pa.RecordBatch]:
+    """The source rows ``chunk``'s pairs name, beside the pairs' ordinal and position, sorted by both."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not chunk.num_rows:
+        return
+    wanted = chunk.column(SRC).to_numpy()
+    order = np.argsort(wanted, kind="stable")
+    wanted = wanted[order]
+    ordinals = chunk.column(ORD).to_numpy()[order]
+    positions = chunk.column(POS).to_numpy()[order]
+    pieces, taken = [], 0
+    for name in sorted(f for f in os.listdir(source.rows.path) if f.endswith(".parquet")):
+        if taken == len(wanted):
+            break
+        for batch in pq.ParquetFile(os.path.join(source.rows.path, name)).iter_batches(batch_size=batch_size):
+            first = batch.column(SRC)[0].as_py()
+            last = first + batch.num_rows  # ordinals are consecutive: the source was numbered as staged
+            lo, hi = np.searchsorted(wanted, [first, last])
+            if hi > lo:
+                rows = batch.take(pa.array(wanted[lo:hi] - first))
+                pieces.append(
+                    pa.RecordBatch.from_arrays(
+                        [pa.array(ordinals[lo:hi]), pa.array(positions[lo:hi]), *rows.columns],
+                        names=[ORD, POS, *rows.schema.names],
+                    )
+                )
+                taken = int(hi)
+            if taken == len(wanted):
+                break
+    table = pa.Table.from_batches(pieces).sort_by([(ORD, "ascending"), (POS, "ascending")])
+    del pieces
+    yield from table.to_batches(max_chunksize=batch_size)
 
 
 def unmatched_source_rows(
