@@ -114,6 +114,8 @@ class CompactionOptions:
     output_spec_id: int | None = None
     use_starting_sequence_number: bool = True
     remove_dangling_deletes: bool = False
+    var_length_contribution: int = 8
+    max_output_size: int = 2**31 - 1
 
     #: option name -> attribute name, in Spark's spelling
     NAMES = {
@@ -134,6 +136,9 @@ class CompactionOptions:
         "output-spec-id": "output_spec_id",
         "use-starting-sequence-number": "use_starting_sequence_number",
         "remove-dangling-deletes": "remove_dangling_deletes",
+        # z-order (``sort_order="zorder(c1, c2)"``): bytes per string or binary column, bytes of the key
+        "var-length-contribution": "var_length_contribution",
+        "max-output-size": "max_output_size",
     }
 
     def __post_init__(self) -> None:
@@ -165,7 +170,7 @@ class CompactionOptions:
         >>> CompactionOptions.from_options({"target-file-size": "1"})
         Traceback (most recent call last):
         ...
-        airflow_provider_iceberg_exec.engine.errors.ConfigurationError: Cannot use options ['target-file-size'], they are not supported; valid options: delete-file-threshold, delete-ratio-threshold, max-file-group-input-files, max-file-group-size-bytes, max-file-size-bytes, max-files-to-rewrite, min-file-size-bytes, min-input-files, output-spec-id, partial-progress.enabled, partial-progress.max-commits, partial-progress.max-failed-commits, remove-dangling-deletes, rewrite-all, rewrite-job-order, target-file-size-bytes, use-starting-sequence-number
+        airflow_provider_iceberg_exec.engine.errors.ConfigurationError: Cannot use options ['target-file-size'], they are not supported; valid options: delete-file-threshold, delete-ratio-threshold, max-file-group-input-files, max-file-group-size-bytes, max-file-size-bytes, max-files-to-rewrite, max-output-size, min-file-size-bytes, min-input-files, output-spec-id, partial-progress.enabled, partial-progress.max-commits, partial-progress.max-failed-commits, remove-dangling-deletes, rewrite-all, rewrite-job-order, target-file-size-bytes, use-starting-sequence-number, var-length-contribution
         """  # noqa: E501
         options = dict(options or {})
         unknown = sorted(set(options) - set(cls.NAMES))
@@ -257,6 +262,8 @@ _COMPACTION_CHECKS: tuple[_Check, ...] = (
     _bound("delete_file_threshold", ">=", 0),
     _delete_ratio_in_range,
     _bound("partial_progress_max_commits", ">=", 1),
+    _bound("var_length_contribution", ">", 0),
+    _bound("max_output_size", ">", 0),
     _bound("partial_progress_max_failed_commits", ">=", 0, optional=True),
 )
 

@@ -162,7 +162,12 @@ def test_unqualified_table_name_is_a_configuration_error(catalog: SqlCatalog) ->
         ({"strategy": "sort", "sort_order": "id SIDEWAYS"}, "sort column 'id SIDEWAYS'"),
         ({"strategy": "sort", "sort_order": "nope ASC"}, "sort column 'nope'"),
         ({"strategy": "sort", "sort_order": "bogus(id) ASC"}, "unknown transform"),
-        ({"strategy": "sort", "sort_order": "zorder(id, ts)"}, "z-order"),
+        ({"strategy": "sort", "sort_order": "zorder(id, nope)"}, "z-order column 'nope'"),
+        ({"strategy": "sort", "sort_order": "zorder(id), ts"}, "a z-order is a sort order of its own"),
+        (
+            {"strategy": "sort", "sort_order": "zorder(id)", "options": {"max-output-size": "0"}},
+            "max-output-size",
+        ),
         ({"strategy": "sort", "sort_order": " , "}, "empty"),
         ({"strategy": "sort"}, "has none"),
         ({"strategy": "zorder"}, "only binpack or sort"),

@@ -17,6 +17,7 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.session import build_session
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged
+from airflow_provider_iceberg_exec.engine.io.zorder import ZOrder, zorder_values
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -25,11 +26,12 @@ if TYPE_CHECKING:
     from pyiceberg.table.sorting import SortOrder
     from pyiceberg.transforms import Transform
 
-__all__ = ["SortKey", "match_table_sort_order", "parse_sort_order", "table_sort_keys"]
+__all__ = ["AnyKey", "SortKey", "ZOrder", "match_table_sort_order", "parse_sort_order", "table_sort_keys"]
 
 _KEY_RE = re.compile(
     r"^\s*(?P<expr>.+?)(?:\s+(?P<dir>ASC|DESC))?(?:\s+NULLS\s+(?P<nulls>FIRST|LAST))?\s*$", re.IGNORECASE
 )
+_ZORDER_RE = re.compile(r"^\s*zorder\s*\((?P<cols>[^()]*)\)\s*$", re.IGNORECASE)
 _TRANSFORM_RE = re.compile(r"^(?P<name>\w+)\((?:(?P<arg>\d+)\s*,\s*)?(?P<col>[^()]+)\)$")
 
 
@@ -53,6 +55,10 @@ class SortKey:
         return f"{expr} {'ASC' if self.ascending else 'DESC'} NULLS {'FIRST' if self.nulls_first else 'LAST'}"
 
 
+#: a key of a sort: a column (or a transform of one), or a z-order of several
+AnyKey = SortKey | ZOrder
+
+
 def _transform_text(transform: str, column: str) -> str:
     match = re.match(r"^(\w+)\[(\d+)\]$", transform)
     if match:
@@ -60,19 +66,20 @@ def _transform_text(transform: str, column: str) -> str:
     return f"{transform}({column})"
 
 
-def parse_sort_order(text: str, schema: Schema) -> tuple[SortKey, ...]:
+def parse_sort_order(text: str, schema: Schema) -> tuple[AnyKey, ...]:
     """Parse ``"col ASC NULLS LAST, day(ts) DESC, ..."`` against ``schema``.
 
     Defaults follow Iceberg: ASC means NULLS FIRST, DESC means NULLS LAST.
 
-    :raises ConfigurationError: for an empty order, an unknown column or transform, or a z-order.
+    ``"zorder(c1, c2)"`` is Spark's z-order (:mod:`.zorder`): one key, on its own.
+
+    :raises ConfigurationError: for an empty order, an unknown column or transform.
     """
     from pyiceberg.transforms import UnknownTransform, parse_transform
 
-    if text.strip().lower().startswith("zorder"):
-        raise ConfigurationError(
-            "z-order sort orders are not supported; give columns, e.g. 'id ASC NULLS LAST'"
-        )
+    zorder = _parse_zorder(text, schema)
+    if zorder is not None:
+        return (zorder,)
     keys = []
     for part in _split_top_level(text):
         match = _KEY_RE.match(part)
@@ -111,6 +118,15 @@ def parse_sort_order(text: str, schema: Schema) -> tuple[SortKey, ...]:
     if not keys:
         raise ConfigurationError("the sort order is empty; give at least one column")
     return tuple(keys)
+
+
+def _parse_zorder(text: str, schema: Schema) -> ZOrder | None:
+    match = _ZORDER_RE.match(text)
+    if match:
+        return ZOrder.parse(match.group("cols"), schema)
+    if "zorder" in text.lower():
+        raise ConfigurationError("a z-order is a sort order of its own: 'zorder(c1, c2)', with no other keys")
+    return None
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -153,9 +169,10 @@ def table_sort_keys(order: SortOrder, schema: Schema) -> tuple[SortKey, ...]:
 
 
 def match_table_sort_order(
-    keys: tuple[SortKey, ...], orders: dict[int, SortOrder], schema: Schema
+    keys: tuple[AnyKey, ...], orders: dict[int, SortOrder], schema: Schema
 ) -> int | None:
-    """The id of the table order that ``keys`` are exactly, or None (Java stamps 0 = unsorted then)."""
+    """The id of the table order that ``keys`` are exactly, or None (Java stamps 0 = unsorted then;
+    a z-order is never a table order)."""
     for order_id, order in sorted(orders.items()):
         if order.is_unsorted:
             continue
@@ -180,7 +197,7 @@ _MIN_SORT_BATCH_ROWS = 128
 
 def sort_for_output(
     batches: Iterator[pa.RecordBatch],
-    keys: Sequence[SortKey],
+    keys: Sequence[AnyKey],
     spec: PartitionSpec,
     schema: Schema,
     limits: ResourceLimits,
@@ -203,6 +220,9 @@ def sort_for_output(
         fn = partition_field.transform.pyarrow_transform(source.field_type)
         hidden.append((f"{_HIDDEN_PREFIX}p{i}", _keyed(column, fn), True, True))
     for j, key in enumerate(keys):
+        if isinstance(key, ZOrder):
+            hidden.append((f"{_HIDDEN_PREFIX}z{j}", _zordered(key), True, True))
+            continue
         source = schema.find_field(key.source_id)
         if key.transform == "identity" and key.column in top_level and "." not in key.column:
             # Sort on the column itself: a hidden copy doubled what was staged, sorted and spilled.
@@ -259,6 +279,15 @@ def _sort_limits(limits: ResourceLimits, staged_bytes: int, staged_rows: int) ->
     row_bytes = max(1, staged_bytes // max(1, staged_rows))
     rows = max(_MIN_SORT_BATCH_ROWS, min(limits.batch_size, _SORT_BATCH_BYTES // row_bytes))
     return dataclasses.replace(limits, batch_size=rows)
+
+
+def _zordered(key: ZOrder) -> Any:
+    from airflow_provider_iceberg_exec.engine.io.write import column_of  # write imports this module
+
+    def compute(batch: pa.RecordBatch) -> pa.Array:
+        return zorder_values([column_of(batch, column) for column in key.columns], key)
+
+    return compute
 
 
 def _keyed(column: str | None, fn: Any) -> Any:

@@ -16,7 +16,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
 )
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
-from airflow_provider_iceberg_exec.engine.io.sorting import SortKey, parse_sort_order, table_sort_keys
+from airflow_provider_iceberg_exec.engine.io.sorting import AnyKey, parse_sort_order, table_sort_keys
 from airflow_provider_iceberg_exec.engine.meta.scan import (
     ScannedFile,
     check_branch,
@@ -176,7 +176,7 @@ def _rewrite_task(
     )
 
 
-def _sort_keys(table: Table, strategy: Strategy, sort_order: str | None) -> tuple[SortKey, ...]:
+def _sort_keys(table: Table, strategy: Strategy, sort_order: str | None) -> tuple[AnyKey, ...]:
     schema = table.metadata.schema()
     if strategy is Strategy.BINPACK:
         if sort_order:

@@ -19,7 +19,8 @@ from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, Iceb
 from airflow_provider_iceberg_exec.engine.io.read import READ_AHEAD_BATCHES, READ_AHEAD_BYTES, read_ahead
 from airflow_provider_iceberg_exec.engine.io.session import resource_error, track_resources
 from airflow_provider_iceberg_exec.engine.io.sorting import (
-    SortKey,
+    AnyKey,
+    ZOrder,
     match_table_sort_order,
     parse_sort_order,
     sort_for_output,
@@ -128,7 +129,7 @@ class _OutputLayout:
 
     spec: PartitionSpec
     target_file_size_bytes: int
-    keys: tuple[SortKey, ...]
+    keys: tuple[AnyKey, ...]
     #: sort the rows before writing: a ``sort`` strategy, or rows moving to another partitioned spec
     needs_order: bool
     #: the sort order id the files are stamped with; ``None`` for binpack
@@ -144,7 +145,14 @@ class _OutputLayout:
             )
         spec = specs[output_spec_id]
         strategy = strategy_of(str(task.get("strategy", "binpack")))
+        options = CompactionOptions.from_options(task.get("options"))
         keys = parse_sort_order(task["sort_order"], schema) if task.get("sort_order") else ()
+        keys = tuple(
+            k.with_options(options.var_length_contribution, options.max_output_size)
+            if isinstance(k, ZOrder)
+            else k
+            for k in keys
+        )
         # Rows moving to another spec are clustered by their new partition; an unpartitioned output has one.
         needs_order = strategy is Strategy.SORT or (
             bool(task.get("needs_repartition")) and not spec.is_unpartitioned()
@@ -154,13 +162,15 @@ class _OutputLayout:
             # TableMetadata has no sort_orders_by_id(): build the id -> order map from its list.
             orders = {order.order_id: order for order in metadata.sort_orders}
             sort_order_id = match_table_sort_order(keys, orders, schema)
-            if sort_order_id is None:
+            if sort_order_id is None and any(isinstance(k, ZOrder) for k in keys):
+                sort_order_id = 0  # Spark stamps a z-ordered rewrite unsorted
+            elif sort_order_id is None:
                 log.warning(
                     "sort order %r is not one of the table's orders: files are stamped unsorted",
                     task["sort_order"],
                 )
                 sort_order_id = 0
-        target = CompactionOptions.from_options(task.get("options")).target_file_size_bytes
+        target = options.target_file_size_bytes
         return cls(spec, target, keys, needs_order, sort_order_id)
 
 

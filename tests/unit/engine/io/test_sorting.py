@@ -57,7 +57,9 @@ def test_a_nested_column_is_named_by_its_dotted_path() -> None:
     [
         ("", "the sort order is empty"),
         (" , ", "the sort order is empty"),
-        ("zorder(id, name)", "z-order sort orders are not supported"),
+        ("zorder(id), name", "a z-order is a sort order of its own"),
+        ("zorder()", "needs at least one column"),
+        ("zorder(id, id)", "names a column twice"),
         ("missing ASC", "sort column 'missing' is not in the table schema"),
         ("ID", "sort column 'ID' is not in the table schema"),
         ("hash(id)", r"unknown transform in sort key 'hash\(id\)'"),

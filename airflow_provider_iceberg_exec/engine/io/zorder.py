@@ -1,0 +1,219 @@
+"""Spark's z-order: ``zorder(c1, c2, ...)`` as a sort key of interleaved, order-preserving bytes.
+
+As Iceberg's ``SparkZOrderUDF`` and ``ZOrderByteUtils``: every column becomes bytes that compare, as
+unsigned big-endian bytes, as its values do -- whole numbers and timestamps 8 bytes with the sign bit
+flipped, floats and doubles 8 bytes of IEEE bits made sign-magnitude, booleans one byte (``0x81`` for
+true) in 8, strings their UTF-8 and binaries their bytes, truncated or zero-padded to
+``var-length-contribution`` bytes (8 by default; a string is cut at a character boundary, as Java's
+encoder stops), nulls all zeros. The bits are then interleaved, the first bit of each column in turn,
+then the second, a column that has no bits left skipped, into at most ``max-output-size`` bytes. Rows
+are sorted by that binary; the files written are stamped unsorted, as Spark's.
+
+Two differences, both deliberate: a timestamp contributes its microseconds (Spark casts it to whole
+seconds, so rows within a second tie), and a date its days (Spark's cast of a date to a long is null, so
+every date ties).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+
+__all__ = ["DEFAULT_MAX_OUTPUT_SIZE", "DEFAULT_VAR_LENGTH_CONTRIBUTION", "ZOrder", "zorder_values"]
+
+DEFAULT_VAR_LENGTH_CONTRIBUTION = 8
+DEFAULT_MAX_OUTPUT_SIZE = 2**31 - 1
+_PRIMITIVE_BYTES = 8
+
+
+@dataclass(frozen=True)
+class ZOrder:
+    """A z-order sort key over top-level columns, with Spark's two options."""
+
+    columns: tuple[str, ...]
+    source_ids: tuple[int, ...]
+    var_length_contribution: int = DEFAULT_VAR_LENGTH_CONTRIBUTION
+    max_output_size: int = DEFAULT_MAX_OUTPUT_SIZE
+
+    def to_text(self) -> str:
+        """The key in Spark's syntax.
+
+        >>> ZOrder(("a", "b"), (1, 2)).to_text()
+        'zorder(a, b)'
+        """
+        return f"zorder({', '.join(self.columns)})"
+
+    @classmethod
+    def parse(cls, inner: str, schema: Schema) -> ZOrder:
+        """``"c1, c2"`` (the text inside ``zorder(...)``) against ``schema``.
+
+        :raises ConfigurationError: for no column, a column twice, or one z-order cannot use.
+        """
+        from pyiceberg.types import PrimitiveType
+
+        names = [name.strip() for name in inner.split(",") if name.strip()]
+        if not names:
+            raise ConfigurationError("zorder() needs at least one column, e.g. zorder(c1, c2)")
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"zorder({inner}) names a column twice")
+        ids = []
+        for name in names:
+            try:
+                found = schema.find_field(name, case_sensitive=True)
+            except ValueError:
+                raise ConfigurationError(f"z-order column {name!r} is not in the table schema") from None
+            if not isinstance(found.field_type, PrimitiveType) or _kind(found.field_type) is None:
+                raise ConfigurationError(
+                    f"Cannot use column {name} of type {found.field_type} in ZOrdering, the type is "
+                    "unsupported"
+                )
+            ids.append(found.field_id)
+        return cls(tuple(names), tuple(ids))
+
+    def with_options(self, var_length_contribution: int, max_output_size: int) -> ZOrder:
+        return ZOrder(self.columns, self.source_ids, var_length_contribution, max_output_size)
+
+
+def _kind(field_type: Any) -> str | None:
+    from pyiceberg.types import (
+        BinaryType,
+        BooleanType,
+        DateType,
+        DoubleType,
+        FixedType,
+        FloatType,
+        IntegerType,
+        LongType,
+        StringType,
+        TimestampType,
+        TimestamptzType,
+        UUIDType,
+    )
+
+    kinds = (
+        ((IntegerType, LongType, DateType, TimestampType, TimestamptzType), "whole"),
+        ((FloatType, DoubleType), "float"),
+        ((BooleanType,), "bool"),
+        ((StringType,), "string"),
+        ((BinaryType, FixedType, UUIDType), "binary"),
+    )
+    for types, kind in kinds:
+        if isinstance(field_type, types):
+            return kind
+    return None
+
+
+def zorder_values(batch_columns: list[pa.Array], key: ZOrder) -> pa.Array:
+    """The z-value (binary) of every row, from the key's columns in order."""
+    import numpy as np
+    import pyarrow as pa
+
+    parts = [_ordered_bytes(column, key.var_length_contribution) for column in batch_columns]
+    total = min(sum(p.shape[1] for p in parts), key.max_output_size)
+    bits = np.concatenate([np.unpackbits(p, axis=1) for p in parts], axis=1)
+    order = _interleave_order([p.shape[1] * 8 for p in parts], total * 8)
+    packed = np.packbits(bits[:, order], axis=1)
+    rows = len(packed)
+    fixed = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(total), rows, [None, pa.py_buffer(np.ascontiguousarray(packed).tobytes())]
+    )
+    return fixed.cast(pa.binary())
+
+
+def _interleave_order(widths: list[int], out_bits: int) -> npt.NDArray[np.int64]:
+    """Which bit of the concatenated columns each output bit takes (``ZOrderByteUtils.interleaveBits``)."""
+    import numpy as np
+
+    offsets = np.cumsum([0, *widths[:-1]])
+    picks = [
+        offsets[column] + bit
+        for bit in range(max(widths))
+        for column, width in enumerate(widths)
+        if bit < width
+    ]
+    return np.asarray(picks[:out_bits], dtype=np.int64)
+
+
+def _ordered_bytes(column: pa.Array, length: int) -> npt.NDArray[np.uint8]:
+    """``(rows, bytes)`` of order-preserving bytes of one column (nulls all zeros)."""
+    import numpy as np
+    import pyarrow as pa
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    kind = column.type
+    if pa.types.is_boolean(kind):
+        out = np.zeros((len(column), _PRIMITIVE_BYTES), dtype=np.uint8)
+        out[:, 0] = np.where(column.fill_null(False).to_numpy(zero_copy_only=False), 0x81, 0)
+        return out
+    if pa.types.is_floating(kind):
+        values = column.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False).view(np.int64)
+        values = values ^ ((values >> 63) | np.int64(-(2**63)))
+        return _big_endian(values, column)
+    if pa.types.is_integer(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind):
+        as_int = column.cast(pa.int64()) if not pa.types.is_timestamp(kind) else column.view(pa.int64())
+        values = as_int.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return _big_endian(values ^ np.int64(-(2**63)), column)
+    return _var_length(column, length, is_string=pa.types.is_string(kind) or pa.types.is_large_string(kind))
+
+
+def _big_endian(values: npt.NDArray[np.int64], column: pa.Array) -> npt.NDArray[np.uint8]:
+    import numpy as np
+
+    out = values.astype(">i8").view(np.uint8).reshape(-1, _PRIMITIVE_BYTES).copy()
+    if column.null_count:
+        out[column.is_null().to_numpy(zero_copy_only=False)] = 0
+    return out
+
+
+def _var_length(column: pa.Array, length: int, *, is_string: bool) -> npt.NDArray[np.uint8]:
+    """Bytes truncated or zero-padded to ``length``; a string cut only at a character boundary."""
+    import numpy as np
+    import pyarrow as pa
+
+    binary = column.cast(pa.large_binary())
+    offsets = np.frombuffer(binary.buffers()[1], dtype=np.int64)[
+        binary.offset : binary.offset + len(binary) + 1
+    ]
+    data = binary.buffers()[2]
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    starts, sizes = offsets[:-1], np.minimum(offsets[1:] - offsets[:-1], length)
+    out = np.zeros((len(binary), length), dtype=np.uint8)
+    for i in range(length):  # column by column: length is small (8 by default)
+        has = sizes > i
+        out[has, i] = raw[starts[has] + i]
+    if is_string:
+        _drop_cut_character(out, offsets[1:] - offsets[:-1], length)
+    if column.null_count:
+        out[column.is_null().to_numpy(zero_copy_only=False)] = 0
+    return out
+
+
+def _drop_cut_character(out: npt.NDArray[np.uint8], sizes: npt.NDArray[np.int64], length: int) -> None:
+    """Zero the bytes of a UTF-8 character that the cut at ``length`` split (Java's encoder stops before
+    a character that does not fit)."""
+    import numpy as np
+
+    cut = np.nonzero(sizes > length)[0]
+    if not len(cut):
+        return
+    for back in range(1, 5):  # a character is at most 4 bytes: its lead byte is at most 3 before the end
+        at = length - back
+        if at < 0:
+            break
+        lead = out[cut, at]
+        is_lead = (lead & 0xC0) != 0x80
+        need = np.where(lead >= 0xF0, 4, np.where(lead >= 0xE0, 3, np.where(lead >= 0xC0, 2, 1)))
+        split = is_lead & (need > back)
+        for row in cut[split]:
+            out[row, at:] = 0
+        cut = cut[~is_lead]  # rows whose lead byte is further back
+        if not len(cut):
+            break
