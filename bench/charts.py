@@ -47,6 +47,7 @@ CASES: dict[str, dict[str, tuple[str, str]]] = {
     "compaction": {
         "binpack": ("ours", "iceberg-exec binpack"),
         "sort": ("ours", "iceberg-exec sort"),
+        "zorder": ("ours", "iceberg-exec zorder"),
         "pyiceberg": ("pyiceberg", "PyIceberg scan + overwrite"),
         "floor": ("floor", "floor: PyArrow read + write"),
         "datafusion": ("other", "DataFusion read + write"),
