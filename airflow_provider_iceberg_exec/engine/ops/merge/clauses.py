@@ -34,6 +34,9 @@ __all__ = [
 KIND = "__iceberg_exec_kind"
 MATCHED, NOT_MATCHED_BY_SOURCE, NOT_MATCHED = 1, 2, 3
 _CHOICE = "__iceberg_exec_clause"
+# a reference to the target row (``t.x``, ``t."X"``), once string literals are blanked out
+_TARGET_REF = re.compile(r"(?<![\w.\"])t\s*\.", re.IGNORECASE)
+_QUOTED = re.compile(r"'(?:[^']|'')*'")
 
 _CLAUSE_RE = re.compile(
     r"^\s*(?:AND\s+(?P<cond>.+?)\s+THEN\s+|THEN\s+)?(?P<action>(?:UPDATE|DELETE|INSERT)\b.*?)\s*$",
@@ -244,6 +247,21 @@ class MergeClauses:
     def all(self) -> tuple[Clause, ...]:
         """Every clause, numbered 1.. in this order by :meth:`choice_sql`."""
         return (*self.matched, *self.not_matched_by_source, *self.not_matched)
+
+    @property
+    def reads_target_values(self) -> bool:
+        """Whether a MATCHED or NOT MATCHED BY SOURCE clause reads a target column (``t.``): in a
+        condition, a value, or a column an update keeps. Without, merge-on-read needs only the matched
+        rows' positions, never the target files' rows."""
+        if self.not_matched_by_source:
+            return True
+        for clause in self.matched:
+            texts = [clause.condition or "", *clause.values.values()]
+            if clause.action == "update" and set(clause.values) != set(self.columns):
+                return True
+            if any(_TARGET_REF.search(_QUOTED.sub("''", text)) for text in texts):
+                return True
+        return False
 
     @property
     def insert_only(self) -> bool:

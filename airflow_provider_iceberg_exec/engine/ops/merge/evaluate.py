@@ -7,6 +7,7 @@ a side is absent) and the row's kind (:data:`~.clauses.MATCHED`, ...), so that c
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
@@ -71,7 +72,6 @@ class Evaluator:
 
     def __init__(self, clauses: MergeClauses, schema: Any, source_schema: pa.Schema) -> None:
         import pyarrow as pa
-        from datafusion import SessionConfig, SessionContext
 
         self.clauses = clauses
         self.arrow_schema = schema.as_arrow()
@@ -80,8 +80,7 @@ class Evaluator:
         self.deletes = clauses.numbers("delete")
         self.update_numbers = clauses.numbers("update")
         self.insert_numbers = clauses.numbers("insert")
-        # One partition: the clause numbers must come back in the rows' order.
-        self._ctx = SessionContext(SessionConfig().with_target_partitions(1))
+        self._local = threading.local()  # a session per thread: files are evaluated on several
         self.source_type = pa.struct(list(source_schema))
         self._by_kind = self._unconditional()
 
@@ -164,14 +163,24 @@ class Evaluator:
         clause = self.clauses.all[number - 1]
         return all(clause.values.get(c) == f"s.{_plain(c)}" for c in self.arrow_schema.names)
 
+    def _session(self) -> Any:
+        from datafusion import SessionConfig, SessionContext
+
+        ctx = getattr(self._local, "ctx", None)
+        if ctx is None:
+            # One partition: the clause numbers must come back in the rows' order.
+            ctx = self._local.ctx = SessionContext(SessionConfig().with_target_partitions(1))
+        return ctx
+
     def _query(self, batch: pa.RecordBatch, sql: str) -> pa.Table:
         import pyarrow as pa
 
         from airflow_provider_iceberg_exec.engine.errors import first_line
 
-        self._ctx.register_record_batches("m", [[batch]])
+        ctx = self._session()
+        ctx.register_record_batches("m", [[batch]])
         try:
-            frame = self._ctx.sql(sql)
+            frame = ctx.sql(sql)
             return pa.Table.from_batches(frame.collect(), schema=frame.schema())
         except Exception as err:  # DataFusion's planning and execution errors
             raise ConfigurationError(
@@ -179,7 +188,7 @@ class Evaluator:
                 "s. (source)"
             ) from err
         finally:
-            self._ctx.deregister_table("m")
+            ctx.deregister_table("m")
 
 
 def _plain(name: str) -> str:

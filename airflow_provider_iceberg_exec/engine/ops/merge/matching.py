@@ -71,7 +71,12 @@ class SourceStage:
         self.rows = StagedParquet(os.path.join(spill_dir, "merge-source"))
         self.keys = StagedParquet(os.path.join(spill_dir, "merge-source-keys"))
         self.key_ids = [f.field_id for f in key_fields]
-        self.filter = KeyFilter(self.key_ids, key_fields, source.record_count, limits.memory_limit_bytes // 8)
+        budget = limits.memory_limit_bytes // 8
+        self.filter: KeyFilter | ExactKeys = (
+            ExactKeys()
+            if ExactKeys.fits(key_fields, source.record_count, budget)
+            else KeyFilter(self.key_ids, key_fields, source.record_count, budget)
+        )
         self.count = 0
         try:
             self._stage(target, source, key_names, key_fields, limits, spill_dir)
@@ -112,6 +117,52 @@ class SourceStage:
     def remove(self) -> None:
         self.rows.remove()
         self.keys.remove()
+
+
+class ExactKeys:
+    """The source's values of a single whole-number key (ints, longs, dates, timestamps), sorted: which
+    target rows can match, exactly, with no digest to compute (NULL keys never match)."""
+
+    def __init__(self) -> None:
+        self._parts: list[Any] = []
+        self._sorted: Any = None
+
+    @staticmethod
+    def fits(key_fields: Sequence[NestedField], rows: int, budget_bytes: int) -> bool:
+        from pyiceberg.types import DateType, IntegerType, LongType, TimestampType, TimestamptzType
+
+        whole = (IntegerType, LongType, DateType, TimestampType, TimestamptzType)
+        return (
+            len(key_fields) == 1 and isinstance(key_fields[0].field_type, whole) and rows * 8 <= budget_bytes
+        )
+
+    @staticmethod
+    def _values(batch: pa.RecordBatch) -> tuple[Any, Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        column = batch.column(0)
+        if pa.types.is_timestamp(column.type) or pa.types.is_date(column.type):
+            column = column.view(pa.int64() if pa.types.is_timestamp(column.type) else pa.int32())
+        valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+        return column.fill_null(0).to_numpy(zero_copy_only=False).astype("int64"), valid
+
+    def add_deletes(self, batch: pa.RecordBatch) -> None:
+        values, valid = self._values(batch)
+        self._parts.append(values[valid])
+
+    def candidates(self, batch: pa.RecordBatch) -> npt.NDArray[np.bool_]:
+        import numpy as np
+
+        if self._sorted is None:
+            self._sorted = np.unique(np.concatenate(self._parts)) if self._parts else np.empty(0, np.int64)
+            self._parts = []
+        values, valid = self._values(batch)
+        if not len(self._sorted):
+            return np.zeros(len(values), dtype=bool)
+        at = np.minimum(np.searchsorted(self._sorted, values), len(self._sorted) - 1)
+        found: npt.NDArray[np.bool_] = (self._sorted[at] == values) & valid
+        return found
 
 
 def _with(batch: pa.RecordBatch, extra: dict[str, pa.Array]) -> pa.RecordBatch:

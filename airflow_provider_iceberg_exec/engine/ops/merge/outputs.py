@@ -13,7 +13,9 @@ A failed task removes every file written (:meth:`Outputs.abort`).
 
 from __future__ import annotations
 
+import itertools
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
@@ -69,7 +71,9 @@ class Outputs:
         self._new_stage: StagedParquet | None = None
         self._new_schema: pa.Schema | None = None
         self._spill_dir = ""
-        self._number = 0
+        self._numbers = itertools.count(1)
+        #: files are written on several threads: what they share is changed under this lock
+        self.lock = threading.RLock()
 
     def start(self, spill_dir: str) -> None:
         self._spill_dir = spill_dir
@@ -85,7 +89,8 @@ class Outputs:
             buffer_bytes=self.limits.writer_buffer_bytes,
             file_prefix=f"merge-{self.task_id}-{prefix}",
         )
-        self._writers.append(writer)
+        with self.lock:
+            self._writers.append(writer)
         return writer
 
     def write_split(self, writer: RollingDataFileWriter, batch: pa.RecordBatch) -> None:
@@ -93,12 +98,16 @@ class Outputs:
             writer.write(partition_key, run)
 
     def for_file(self, scanned: ScannedFile, *, in_place: bool, copy_on_write: bool) -> FileOutput:
-        self._number += 1
-        return FileOutput(self, scanned, in_place=in_place, copy_on_write=copy_on_write, number=self._number)
+        number = next(self._numbers)
+        return FileOutput(self, scanned, in_place=in_place, copy_on_write=copy_on_write, number=number)
 
     def write_new(self, rows: pa.RecordBatch) -> None:
         """Rows for the new-rows writer (clustered by partition first in a partitioned table)."""
         rows = conform_batch(rows, self._arrow_schema)
+        with self.lock:
+            self._write_new(rows)
+
+    def _write_new(self, rows: pa.RecordBatch) -> None:
         if self.spec.is_unpartitioned():
             if self._new is None:
                 self._new = self.data_writer("new")
@@ -201,7 +210,8 @@ class FileOutput:
                 buffer_bytes=outputs.limits.writer_buffer_bytes,
                 file_prefix=f"merge-{outputs.task_id}-d{self.number}",
             )
-            outputs._writers.append(self._deletes)
+            with outputs.lock:
+                outputs._writers.append(self._deletes)
         path = self.scanned.data_file.file_path
         self._deletes.write(
             pa.RecordBatch.from_arrays(
@@ -215,12 +225,13 @@ class FileOutput:
         import pyarrow.parquet as pq
 
         outputs = self.outputs
-        outputs.changed_files.add(self.scanned.data_file.file_path)
-        if self._writer is not None:
-            outputs.data_files.extend(self._writer.close())
-            outputs.rows_written += self._writer.rows_written
-        if self._deletes is not None:
-            outputs.delete_files.extend(self._deletes.close())
+        written = self._writer.close() if self._writer is not None else []
+        deletes = self._deletes.close() if self._deletes is not None else []
+        with outputs.lock:
+            outputs.changed_files.add(self.scanned.data_file.file_path)
+            outputs.data_files.extend(written)
+            outputs.rows_written += self._writer.rows_written if self._writer is not None else 0
+            outputs.delete_files.extend(deletes)
         if self._stage is not None:
             stage = self._stage
             try:

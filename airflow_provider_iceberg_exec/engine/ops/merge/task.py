@@ -5,6 +5,7 @@ holds the inserts also writes the source rows no target row matched. One bounded
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -148,6 +149,7 @@ class _Run:
         )
         self.source = MergeSource.from_json(table, doc["source"])
         self.evaluator = Evaluator(self.clauses, self.schema, self.source.arrow_schema)
+        self.reads_target = self.copy_on_write or self.clauses.reads_target_values
 
     def execute(self, spill_dir: str) -> None:
         every = [*self.files, *self.key_files]
@@ -196,15 +198,49 @@ class _Run:
     def _target_files(
         self, pairs: StagedParquet, source: SourceStage, dead: list[Any], spill_dir: str
     ) -> None:
+        """Apply the clauses to every target file that may change, on up to one thread per core when
+        the files are read (each file's matched rows taken from the sorted stream first)."""
+        from concurrent.futures import Future, ThreadPoolExecutor
+
         touched = matched_ordinals(pairs, len(self.files), self.limits, spill_dir)
         matched = MatchedRows(matched_source_rows(pairs, source, len(self.files), self.limits, spill_dir))
-        for ordinal, scanned in enumerate(self.files):
-            if ordinal in touched or self.clauses.not_matched_by_source:
-                self._target_file(ordinal, scanned, dead[ordinal], matched)
+        todo = [
+            (ordinal, scanned)
+            for ordinal, scanned in enumerate(self.files)
+            if ordinal in touched or self.clauses.not_matched_by_source
+        ]
+        workers = min(_workers(self.limits), len(todo)) if self.reads_target else 1
+        if workers <= 1:
+            for ordinal, scanned in todo:
+                self._finish(ordinal, self._target_file(ordinal, scanned, dead[ordinal], matched))
+            return
+        pending: collections.deque[tuple[int, Future[Counts | None]]] = collections.deque()
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="iceberg-exec-merge") as pool:
+            for ordinal, scanned in todo:
+                rows = FileRows(*matched.take(ordinal, scanned.data_file.record_count))
+                pending.append(
+                    (ordinal, pool.submit(self._target_file, ordinal, scanned, dead[ordinal], rows))
+                )
+                while len(pending) >= workers:
+                    done, future = pending.popleft()
+                    self._finish(done, future.result())
+            while pending:
+                done, future = pending.popleft()
+                self._finish(done, future.result())
+
+    def _finish(self, ordinal: int, counts: Counts | None) -> None:
+        """Count a changed file (on the task's thread); an unchanged one (``None``) stays untouched."""
+        if counts is None:
+            return
+        self._add(counts)
+        if self.copy_on_write:
+            entry = self.doc["data_files"][ordinal]
+            self.counts.removed.append(dict(entry["data-file"]))
+            self.counts.applied_deletes[str(entry["data-file"]["file-path"])] = applied_deletes_of(entry)
 
     def _target_file(
-        self, ordinal: int, scanned: ScannedFile, dead: npt.NDArray[np.int64], matched: MatchedRows
-    ) -> None:
+        self, ordinal: int, scanned: ScannedFile, dead: npt.NDArray[np.int64], matched: MatchedRows | FileRows
+    ) -> Counts | None:
         """Apply the clauses to one target file's live rows; keep its outputs only when a row changed."""
         import numpy as np
 
@@ -216,10 +252,8 @@ class _Run:
         file_out = self.outputs.for_file(scanned, in_place=in_place, copy_on_write=self.copy_on_write)
         counts = Counts()
         live = 0
-        for batch, positions in _live_rows(self.table, scanned, dead, self.limits):
+        for batch, positions, combined in self._combined(ordinal, scanned, dead, matched):
             live += batch.num_rows
-            rows, row_positions = matched.take(ordinal, int(positions[-1]) + 1)
-            combined = combine(batch, positions, rows, row_positions, self.evaluator.source_type)
             choice = self.evaluator.choose(combined)
             counts.matched += int(np.count_nonzero(combined.column(KIND).to_numpy() == MATCHED))
             changes = self.evaluator.changes(choice)
@@ -237,15 +271,50 @@ class _Run:
         changed = counts.updated + counts.deleted
         if not changed:
             file_out.discard()
-            return
+            return None
         file_out.close()
-        counts.delete_file_rows = data_file.record_count - live
-        counts.read_bytes = data_file.file_size_in_bytes
-        self._add(counts)
-        if self.copy_on_write:
-            entry = self.doc["data_files"][ordinal]
-            self.counts.removed.append(dict(entry["data-file"]))
-            self.counts.applied_deletes[data_file.file_path] = applied_deletes_of(entry)
+        if self.reads_target:
+            counts.delete_file_rows = data_file.record_count - live
+            counts.read_bytes = data_file.file_size_in_bytes
+        return counts
+
+    def _combined(
+        self, ordinal: int, scanned: ScannedFile, dead: npt.NDArray[np.int64], matched: MatchedRows | FileRows
+    ) -> Iterator[tuple[pa.RecordBatch, npt.NDArray[np.int64], pa.RecordBatch]]:
+        """``(target rows, their positions, combined batch)`` of one target file.
+
+        When no clause reads a target value (merge-on-read ``UPDATE SET *`` and ``DELETE``), the file is
+        not read: the matched rows' positions and source rows are all a row delta needs.
+        """
+        import numpy as np
+        import pyarrow as pa
+
+        if self.reads_target:
+            for batch, positions in _live_rows(self.table, scanned, dead, self.limits):
+                rows, row_positions = matched.take(ordinal, int(positions[-1]) + 1)
+                yield (
+                    batch,
+                    positions,
+                    combine(batch, positions, rows, row_positions, self.evaluator.source_type),
+                )
+            return
+        end = scanned.data_file.record_count
+        rows, row_positions = matched.take(ordinal, end)
+        for piece, positions in zip(rows, row_positions, strict=True):
+            n = piece.num_rows
+            source = pa.StructArray.from_arrays(
+                [c.cast(f.type) for c, f in zip(piece.columns, self.evaluator.source_type, strict=True)],
+                fields=list(self.evaluator.source_type),
+            )
+            combined = pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(n, self.evaluator.target_type),
+                    source,
+                    pa.array(np.full(n, MATCHED, dtype=np.int8)),
+                ],
+                names=["t", "s", KIND],
+            )
+            yield piece, positions, combined
 
     def _add(self, counts: Counts) -> None:
         for name in ("updated", "deleted", "copied", "matched", "delete_file_rows", "read_bytes"):
@@ -326,6 +395,37 @@ _PASSED_ON = (
     "inserts",
     "plan_id",
 )
+
+
+class FileRows:
+    """One file's matched source rows and positions (sorted), taken batch by batch as the file is read."""
+
+    def __init__(self, rows: list[pa.RecordBatch], positions: list[npt.NDArray[np.int64]]) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        self._rows = pa.Table.from_batches(rows).combine_chunks() if rows else None
+        self._positions = np.concatenate(positions) if positions else np.empty(0, np.int64)
+        self._taken = 0
+
+    def take(
+        self, ordinal: int, end_position: int
+    ) -> tuple[list[pa.RecordBatch], list[npt.NDArray[np.int64]]]:
+        """The rows with a position below ``end_position`` not taken yet (``ordinal`` is this file's)."""
+        import numpy as np
+
+        end = int(np.searchsorted(self._positions, end_position))
+        start, self._taken = self._taken, max(self._taken, end)
+        if self._rows is None or end <= start:
+            return [], []
+        return self._rows.slice(start, end - start).to_batches(), [self._positions[start:end]]
+
+
+def _workers(limits: ResourceLimits) -> int:
+    """Files read at once: one per core, as long as each gets four writer buffers of the limit."""
+    return max(
+        1, min(limits.target_partitions, limits.memory_limit_bytes // (4 * limits.writer_buffer_bytes))
+    )
 
 
 def _dead_positions(
