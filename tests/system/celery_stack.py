@@ -26,14 +26,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.integration.services import PostgresServer, ServiceError, _die_with_parent, _free_ports, _wait_until
+from tests.integration.services import (
+    PostgresServer,
+    ServiceError,
+    _die_with_parent,
+    _free_ports,
+    _wait_until,
+)
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 REPO = Path(__file__).resolve().parents[2]
 WORKERS = ("w1", "w2")
 #: each worker runs this many tasks at once: together more than the test's pool allows
 WORKER_CONCURRENCY = 2
-_STOP_GRACE_SECONDS = 20.0
+_STOP_GRACE_SECONDS = 10.0
 
 
 def _ping(port: int) -> bool:
@@ -57,30 +63,39 @@ def start_redis(base_dir: Path) -> Iterator[str]:
     command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(root)]
     command += ["--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", str(log_path)]
     process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
     )
     try:
         _wait_until(lambda: _ping(port), what="redis-server", log_path=log_path, process=process)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
-        _stop_group(process)
+        _stop_groups([process])
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group of ``process`` (one we started), SIGKILL it after a grace period."""
-    if process.poll() is None:
+def _stop_groups(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM the process groups of ``processes`` (ours), SIGKILL what is left after a shared grace period.
+
+    A group may outlive its leader (a Celery worker's pool children, a task's supervisor), so the group
+    is killed after the leader exited too.
+    """
+    for process in processes:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + _STOP_GRACE_SECONDS
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+    for process in processes:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=_STOP_GRACE_SECONDS)
-    except subprocess.TimeoutExpired:
-        pass
-    # the group may outlive its leader (a Celery worker's pool children, a task's supervisor)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=_STOP_GRACE_SECONDS)
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=30)
 
 
 @dataclass
@@ -144,7 +159,7 @@ def airflow_env(
             "AIRFLOW__CORE__PARALLELISM": "8",
             "AIRFLOW__CORE__DAGS_FOLDER": str(workdir / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",  # schedule=None: no run but ours
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",
             "AIRFLOW__API__HOST": "127.0.0.1",
@@ -218,9 +233,4 @@ def start_celery_airflow(
                 )
         yield stack
     finally:
-        for process in processes:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGTERM)
-        for process in processes:
-            _stop_group(process)
+        _stop_groups(processes)

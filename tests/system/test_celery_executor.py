@@ -15,6 +15,7 @@ Needs ``redis-server`` and the Celery provider: skipped without them, failed whe
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -26,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_iceberg_exec.engine.io.payloads import STAGING_DIR
 from tests.helpers import live_checksum
 from tests.integration.services import (
     PostgresServer,
@@ -111,27 +113,29 @@ def stack(
     (workdir / "dags").mkdir()
     shutil.copy(Path(celery_dag.__file__), workdir / "dags" / "iceberg_exec_celery.py")
     database = postgres_server.create_database("airflow")
-    try:
-        with start_redis(workdir) as broker_url:
-            env = airflow_env(
-                workdir,
-                postgres=postgres_server,
-                database=database,
-                broker_url=broker_url,
-                connection=table_and_connection[1],
+    with contextlib.ExitStack() as services:
+        try:
+            broker_url = services.enter_context(start_redis(workdir))
+        except ServiceError as err:
+            pytest.fail(str(err), pytrace=False)
+        env = airflow_env(
+            workdir,
+            postgres=postgres_server,
+            database=database,
+            broker_url=broker_url,
+            connection=table_and_connection[1],
+        )
+        running = services.enter_context(
+            start_celery_airflow(
+                workdir, env, postgres=postgres_server, database=database, pools={celery_dag.POOL: POOL_SLOTS}
             )
-            pools = {celery_dag.POOL: POOL_SLOTS}
-            with start_celery_airflow(
-                workdir, env, postgres=postgres_server, database=database, pools=pools
-            ) as running:
-                running.wait_for(
-                    "the DAG processor to serialize the DAG",
-                    lambda: running.query("select 1 from serialized_dag where dag_id = %s", celery_dag.DAG_ID),
-                    timeout=180,
-                )
-                yield running
-    except ServiceError as err:
-        pytest.fail(str(err), pytrace=False)
+        )
+        running.wait_for(
+            "the DAG processor to serialize the DAG",
+            lambda: running.query("select 1 from serialized_dag where dag_id = %s", celery_dag.DAG_ID),
+            timeout=180,
+        )
+        yield running
 
 
 def _max_concurrent(intervals: list[tuple[datetime, datetime]]) -> int:
@@ -170,6 +174,13 @@ def _plan_xcom(stack: CeleryAirflow) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def _s3_files(server: SeaweedFS, prefix: str) -> list[str]:
+    from pyarrow.fs import FileSelector, FileType
+
+    infos = server.filesystem().get_file_info(FileSelector(prefix, recursive=True, allow_not_found=True))
+    return [info.path for info in infos if info.type == FileType.File]
+
+
 def test_mapped_compaction_spreads_over_two_celery_workers_within_the_pool(
     stack: CeleryAirflow, table_and_connection: tuple[Any, str], seaweedfs_server: SeaweedFS
 ) -> None:
@@ -177,7 +188,6 @@ def test_mapped_compaction_spreads_over_two_celery_workers_within_the_pool(
     files_before = len(list(table.scan().plan_files()))
     rows_before = live_checksum(table)
     base_snapshot = table.current_snapshot().snapshot_id
-    stack.cli("dags", "unpause", celery_dag.DAG_ID)
     conf = json.dumps({"max_group_files": MAX_GROUP_FILES})
     stack.cli("dags", "trigger", celery_dag.DAG_ID, "--conf", conf, "--run-id", RUN_ID)
     state = stack.wait_for("the run", lambda: _run_state(stack), timeout=420)
@@ -197,6 +207,9 @@ def test_mapped_compaction_spreads_over_two_celery_workers_within_the_pool(
     planned = _plan_xcom(stack)
     assert len(planned) == len(rewrites)
     assert all(str(ref["uri"]).startswith(f"s3://{seaweedfs_server.bucket}/") for ref in planned)
+    # ... and the commit deleted the staged payloads once its snapshot had landed
+    staging = f"{table.location().removeprefix('s3://')}/{STAGING_DIR}"
+    assert _s3_files(seaweedfs_server, staging) == []
 
     table.refresh()
     new = [s for s in table.snapshots() if s.parent_snapshot_id == base_snapshot]
