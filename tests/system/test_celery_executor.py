@@ -39,7 +39,9 @@ from tests.integration.services import (
 from tests.system import celery_dag
 from tests.system.celery_stack import CeleryAirflow, airflow_env, start_celery_airflow, start_redis
 
-pytestmark = pytest.mark.system
+# the test starts its own Airflow, broker and workers and migrates a PostgreSQL metadata DB: more than
+# the default 600 s on a loaded machine
+pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
 
 __all__ = ["postgres_server", "seaweedfs_server"]
 
