@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,15 @@ class CeleryAirflow:
             time.sleep(1)
         raise AssertionError(f"timed out waiting for {what}; logs:\n{self.log_tails()}")
 
+    def execution_api_answers(self) -> bool:
+        """Whether the API server's Execution API answers its health ping (which also warms it up)."""
+        url = self.env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].rstrip("/") + "/health/ping"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
     def log_tails(self) -> str:
         tails = {p.name: p.read_text(errors="replace")[-3000:] for p in sorted(self.logs.glob("*.log"))}
         return json.dumps(tails, indent=1)
@@ -165,6 +175,9 @@ def airflow_env(
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(api_port),
             "AIRFLOW__API_AUTH__JWT_SECRET": "iceberg-exec-celery-test-secret-0123456789",
+            # the machine may be loaded: a task's first call to a cold API server can take longer than
+            # the default 5 s, and its retries then find the task already running
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",

@@ -132,6 +132,7 @@ def stack(
                 workdir, env, postgres=postgres_server, database=database, pools={celery_dag.POOL: POOL_SLOTS}
             )
         )
+        running.wait_for("the Execution API", running.execution_api_answers, timeout=180)
         running.wait_for(
             "the DAG processor to serialize the DAG",
             lambda: running.query("select 1 from serialized_dag where dag_id = %s", celery_dag.DAG_ID),
