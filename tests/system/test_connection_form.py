@@ -192,6 +192,9 @@ def _test_in_ui(driver: WebDriver) -> tuple[str, str]:
         ec.visibility_of_element_located((By.CSS_SELECTOR, "[id^='toast:'][id$=':title']"))
     )
     message = driver.find_element(By.ID, str(title.get_attribute("id")).replace(":title", ":description"))
+    # the button's icon turns green on success (red on failure)
+    green = f"{button}//*[local-name()='svg'][@color='green']"
+    _wait(driver).until(ec.presence_of_element_located((By.XPATH, green)))
     return str(title.text), str(message.text)
 
 
