@@ -54,7 +54,7 @@ SECRET_EXTRAS = {"s3_secret_access_key", "s3_session_token"}
 
 
 @pytest.fixture
-def demo_catalog(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def demo_catalog(tmp_path: Path) -> tuple[str, str]:
     """A real SQLite SQL catalog named ``demo`` with one namespace: its URI and warehouse."""
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -62,12 +62,13 @@ def demo_catalog(tmp_path: Path) -> Iterator[tuple[str, str]]:
     catalog = SqlCatalog("demo", uri=uri, warehouse=warehouse)
     catalog.create_namespace("demo")
     catalog.engine.dispose()
-    yield uri, warehouse
+    return uri, warehouse
 
 
 @pytest.fixture
-def server(airflow_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    require_browser()
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    require_browser()  # before the migration: a skip costs nothing
+    airflow_db: str = request.getfixturevalue("airflow_db")
     home = tmp_path_factory.mktemp("ui-airflow-home")
     shutil.copy(Path(airflow_db) / "airflow.db", home / "airflow.db")  # migrated once per session
     with api_server(home) as running:
@@ -187,10 +188,15 @@ def _test_in_ui(driver: WebDriver) -> tuple[str, str]:
 
     row = f"//tr[td[normalize-space(.)='{CONN_ID}']]"
     button = f"{row}//button[@aria-label='Test Connection']"
+    titles = "[id^='toast:'][id$=':title']"
+    earlier = {e.get_attribute("id") for e in driver.find_elements(By.CSS_SELECTOR, titles)}  # Save's
     _wait(driver).until(ec.element_to_be_clickable((By.XPATH, button))).click()
-    title = _wait(driver).until(
-        ec.visibility_of_element_located((By.CSS_SELECTOR, "[id^='toast:'][id$=':title']"))
-    )
+
+    def new_toast(drv: WebDriver) -> WebElement | None:
+        fresh = [e for e in drv.find_elements(By.CSS_SELECTOR, titles) if e.get_attribute("id") not in earlier]
+        return fresh[0] if fresh and fresh[0].is_displayed() else None
+
+    title = _wait(driver).until(new_toast)
     message = driver.find_element(By.ID, str(title.get_attribute("id")).replace(":title", ":description"))
     # the button's icon turns green on success (red on failure)
     green = f"{button}//*[local-name()='svg'][@color='green']"
