@@ -193,7 +193,8 @@ def _test_in_ui(driver: WebDriver) -> tuple[str, str]:
     _wait(driver).until(ec.element_to_be_clickable((By.XPATH, button))).click()
 
     def new_toast(drv: WebDriver) -> WebElement | None:
-        fresh = [e for e in drv.find_elements(By.CSS_SELECTOR, titles) if e.get_attribute("id") not in earlier]
+        found = drv.find_elements(By.CSS_SELECTOR, titles)
+        fresh = [e for e in found if e.get_attribute("id") not in earlier]
         return fresh[0] if fresh and fresh[0].is_displayed() else None
 
     title = _wait(driver).until(new_toast)
