@@ -181,7 +181,9 @@ class Evaluator:
         ctx.register_record_batches("m", [[batch]])
         try:
             frame = ctx.sql(sql)
-            return pa.Table.from_batches(frame.collect(), schema=frame.schema())
+            batches = frame.collect()
+            # The schema of what came back (nullability may differ from the plan's); the plan's for none.
+            return pa.Table.from_batches(batches) if batches else frame.schema().empty_table()
         except Exception as err:  # DataFusion's planning and execution errors
             raise ConfigurationError(
                 f"cannot evaluate the merge clauses: {first_line(err)}; qualify columns with t. (target) or "
