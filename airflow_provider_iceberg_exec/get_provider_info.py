@@ -47,6 +47,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_iceberg_exec.operators.cow",
                     "airflow_provider_iceberg_exec.operators.maintenance",
                     "airflow_provider_iceberg_exec.operators.manifests",
+                    "airflow_provider_iceberg_exec.operators.merge",
                     "airflow_provider_iceberg_exec.operators.resolve",
                     "airflow_provider_iceberg_exec.operators.position_deletes",
                 ],

@@ -24,7 +24,9 @@ Run by hand, never as a test::
 3. Verifies every Iceberg case afterwards in another subprocess: row count and an order-independent
    checksum of the live rows read by PyIceberg must equal the original's.
 
-Results go to ``--out/results-<stamp>.json`` and a Markdown table to ``--out/results-<stamp>.md``.
+Results go to ``--out/results-<stamp>.json``, a Markdown table to ``--out/results-<stamp>.md`` and the charts
+of ``bench/charts.py`` beside them. ``--scale 1,5,10`` runs the cases at several table sizes instead
+(``bench/compaction_scale.py``).
 """
 
 from __future__ import annotations
@@ -827,20 +829,43 @@ def _targets(report: dict[str, Any]) -> list[str]:
     return verdicts
 
 
+def snapshot_code(out: str, stamp: str) -> None:
+    """Others may edit the package while the cases run: every child imports this copy of it."""
+    snapshot = os.path.join(out, "code", stamp)
+    shutil.copytree(
+        os.path.join(REPO, "airflow_provider_iceberg_exec"),
+        os.path.join(snapshot, "airflow_provider_iceberg_exec"),
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    os.environ[CODE_ROOT_ENV] = snapshot
+
+
+def _sibling(name: str) -> Any:
+    """Another script of bench/ as a module (bench/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(HERE, f"{name}.py"))
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load bench/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[f"bench_{name}"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def draw_charts(json_path: str) -> list[str]:
+    """bench/charts.py's charts beside a result JSON (every bench script calls this at its end)."""
+    written: list[str] = _sibling("charts").draw_next_to(json_path)
+    return written
+
+
 def orchestrate(args: argparse.Namespace) -> int:
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     dataset = ensure_dataset(out, args.rows, args.files, args.seed)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if not args.no_snapshot:
-        # Others may edit the package while the cases run: every child imports this copy of it.
-        snapshot = os.path.join(out, "code", stamp)
-        shutil.copytree(
-            os.path.join(REPO, "airflow_provider_iceberg_exec"),
-            os.path.join(snapshot, "airflow_provider_iceberg_exec"),
-            ignore=shutil.ignore_patterns("__pycache__"),
-        )
-        os.environ[CODE_ROOT_ENV] = snapshot
+        snapshot_code(out, stamp)
     report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]),
@@ -854,7 +879,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         },
         "results": [],
     }
-    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    cases = [c.strip() for c in (args.cases or ",".join(CASES)).split(",") if c.strip()]
     for case in cases:
         if case not in CASES:
             raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")
@@ -906,6 +931,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         print(table)
         print()
         print("\n".join(report["targets"]))
+        draw_charts(os.path.join(out, f"results-{stamp}.json"))
     print(f"\nresults: {out}/results-{stamp}.json")
     failed = [r["case"] for r in report["results"] if "verify" in r and not r["verify"]["matches"]]
     return 1 if failed else 0
@@ -921,7 +947,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", default=os.path.join(HERE, "out"), help="cache and results (default bench/out)"
     )
-    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
+    parser.add_argument(
+        "--cases",
+        help=f"comma-separated, from {', '.join(CASES)} (default all; with --scale binpack,pyiceberg,floor)",
+    )
+    parser.add_argument(
+        "--scale",
+        help="comma-separated multiples of --rows/--files, e.g. 1,5,10: every case at every size, same limit "
+        "(tables cached under --out/scale-<rows>-<files>; see bench/compaction_scale.py)",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="run every case N times, round robin")
     parser.add_argument(
         "--verify-all", action="store_true", help="verify every repetition, not just the first"
@@ -942,6 +976,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-sorted", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("action", nargs="?", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.action is None and args.scale:
+        return int(_sibling("compaction_scale").orchestrate(sys.modules[__name__], args))
     if args.action is None:
         return orchestrate(args)
     result = worker(args)

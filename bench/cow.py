@@ -461,6 +461,7 @@ def orchestrate(args: argparse.Namespace) -> int:
     print()
     print("\n".join(report["targets"]))
     print(f"\nresults: {out}/results-{stamp}.json")
+    CB.draw_charts(os.path.join(out, f"results-{stamp}.json"))
     bad = [r for r in report["results"] if "verify" in r and not r["verify"]["matches"]]
     return 1 if bad else 0
 

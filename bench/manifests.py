@@ -712,6 +712,7 @@ def orchestrate(args: argparse.Namespace) -> int:
     print()
     print(table)
     print(f"\nresults: {out}/results-{stamp}.json")
+    CB.draw_charts(os.path.join(out, f"results-{stamp}.json"))
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
         return 1

@@ -865,6 +865,7 @@ def orchestrate(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"NOTE: {note}")
     print(f"\nresults: {out}/results-{stamp}.json")
+    CB.draw_charts(os.path.join(out, f"results-{stamp}.json"))
     if not args.keep:
         for r in results:
             shutil.rmtree(r["run_dir"], ignore_errors=True)

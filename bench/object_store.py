@@ -32,6 +32,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -267,11 +268,14 @@ def orchestrate(args: argparse.Namespace) -> int:
                 kind = _CASES[case][0]
                 run_dir = tempfile.mkdtemp(prefix=f"{case}-", dir=work)
                 spec = {"properties": properties[kind], "metadata": metadata[kind]}
+                load_before = round(os.getloadavg()[0], 2)
                 result = _child(case, spec, run_dir)
                 row: dict[str, Any] = {
                     "case": case,
                     "seconds": result["seconds"],
                     "peak_rss_mib": result["peak_rss_bytes"] // MiB,
+                    "load_before": load_before,
+                    "load_after": round(os.getloadavg()[0], 2),
                 }
                 if "metadata" in result:
                     verify_dir = tempfile.mkdtemp(prefix="verify-", dir=work)
@@ -320,8 +324,30 @@ def _report(args: argparse.Namespace, stamp: str, rows: list[dict[str, Any]], ta
     print(text)
     with open(os.path.join(args.out, f"object-store-{stamp}.md"), "w") as f:
         f.write(text)
-    with open(os.path.join(args.out, f"object-store-{stamp}.json"), "w") as f:
-        json.dump({"args": {"rows": args.rows, "files": args.files}, "results": rows}, f, indent=2)
+    document = {
+        "bench": "object_store",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "args": {"rows": args.rows, "files": args.files},
+        "results": rows,
+    }
+    path = os.path.join(args.out, f"object-store-{stamp}.json")
+    with open(path, "w") as f:
+        json.dump(document, f, indent=2)
+    _draw_charts(path)
+
+
+def _draw_charts(json_path: str) -> None:
+    """bench/charts.py's charts beside the result JSON."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_charts", os.path.join(HERE, "charts.py"))
+    if spec is None or spec.loader is None:
+        raise RuntimeError("cannot load bench/charts.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_charts"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    module.draw_next_to(json_path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -348,7 +348,9 @@ def orchestrate(args: argparse.Namespace) -> int:
         run_dir = os.path.join(out, "runs", f"orphans-{stamp}-{case}")
         os.makedirs(run_dir)
         print(f"running {case} ...", flush=True)
+        load_before = round(os.getloadavg()[0], 2)
         result = _run_child(case, directory, run_dir)
+        result["load_before"], result["load_after"] = load_before, round(os.getloadavg()[0], 2)
         result["correct"] = _check(result, dataset)
         report["results"].append(result)
         print(
@@ -374,7 +376,21 @@ def orchestrate(args: argparse.Namespace) -> int:
     print(table)
     print(report.get("target", ""))
     print(f"\nresults: {out}/orphans-results-{stamp}.json")
+    _draw_charts(os.path.join(out, f"orphans-results-{stamp}.json"))
     return 0 if all(r["correct"] for r in report["results"]) else 1
+
+
+def _draw_charts(json_path: str) -> None:
+    """bench/charts.py's charts beside the result JSON."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_charts", os.path.join(HERE, "charts.py"))
+    if spec is None or spec.loader is None:
+        raise RuntimeError("cannot load bench/charts.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_charts"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    module.draw_next_to(json_path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from airflow_provider_iceberg_exec import __version__
-from airflow_provider_iceberg_exec.cli import compaction, cow, deletes, maintenance
+from airflow_provider_iceberg_exec.cli import compaction, cow, deletes, maintenance, merge
 
 __all__ = ["main"]
 
@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     maintenance.add_commands(commands)
     cow.add_commands(commands)
     deletes.add_commands(commands)
+    merge.add_commands(commands)
     return parser
 
 

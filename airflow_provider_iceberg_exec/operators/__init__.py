@@ -1,7 +1,8 @@
 """Operators of the iceberg-exec provider.
 
 Import the operators from their modules (``airflow_provider_iceberg_exec.operators.compaction``,
-``.commit``, ``.convert``, ``.cow``, ``.resolve``, ``.position_deletes``, ``.maintenance``, ``.manifests``);
+``.commit``, ``.convert``, ``.cow``, ``.merge``, ``.resolve``, ``.position_deletes``, ``.maintenance``,
+``.manifests``);
 :func:`table_asset` builds a table's asset for scheduling downstream DAGs.
 """
 

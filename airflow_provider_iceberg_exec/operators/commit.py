@@ -30,6 +30,7 @@ from airflow_provider_iceberg_exec.operators._common import (
     table_asset_uri,
     with_asset_alias,
 )
+from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -113,7 +114,7 @@ def _flatten(results: Any) -> list[Mapping[str, Any]]:
     return out
 
 
-class CommitOperator(BaseOperator):
+class CommitOperator(OpenLineageMixin, BaseOperator):
     """Commit the results of file-producing tasks (e.g. the mapped rewrite) in one snapshot.
 
         Validated against the plan's base snapshot (carried in each result); one snapshot per commit batch
@@ -148,6 +149,8 @@ class CommitOperator(BaseOperator):
         :param cleanup_staged: delete the staged payload files of the results after the commit.
         :param asset_alias: the asset alias the table's asset is emitted through; ``None`` for none.
     """
+
+    table_lineage = TableLineage(None, output="commit")
 
     template_fields: Sequence[str] = (
         "results",

@@ -48,6 +48,7 @@ from airflow_provider_iceberg_exec.operators._common import (
     with_asset_alias,
 )
 from airflow_provider_iceberg_exec.operators.commit import emit_table_asset, log_commit_result
+from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -61,7 +62,7 @@ __all__ = ["CompactionOperator", "CompactionPlanOperator", "CompactionRewriteOpe
 _GIB = 1024**3
 
 
-class CompactionPlanOperator(BaseOperator):
+class CompactionPlanOperator(OpenLineageMixin, BaseOperator):
     """Plan a compaction: select the files to rewrite and group them; return one task spec per group.
 
     The returned list is meant for dynamic task mapping
@@ -87,6 +88,8 @@ class CompactionPlanOperator(BaseOperator):
         :class:`~airflow_provider_iceberg_exec.operators.resolve.ResolveEqualityDeletesOperator` does in
         one task; the equality deletes that then apply to no live file are dropped by the commit.
     """
+
+    table_lineage = TableLineage("compaction")
 
     template_fields: Sequence[str] = (
         "table",
@@ -156,7 +159,7 @@ class CompactionPlanOperator(BaseOperator):
             )
 
 
-class BoundedRewriteOperator(BaseOperator):
+class BoundedRewriteOperator(OpenLineageMixin, BaseOperator):
     """Base of the mapped tasks that run one planned task spec in one bounded-memory execution.
 
     Subclasses name the engine call (:meth:`run_task`) and what to log; this class renders the spec,
@@ -271,6 +274,8 @@ class CompactionRewriteOperator(BoundedRewriteOperator):
     :param payload_file_threshold: see :class:`CompactionPlanOperator`.
     """
 
+    table_lineage = TableLineage("compaction")
+
     ui_color = "#a9d3f5"
 
     def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> RewriteResult:
@@ -297,7 +302,7 @@ class CompactionRewriteOperator(BoundedRewriteOperator):
         _log_rewrite(self, result)
 
 
-class CompactionOperator(BaseOperator):
+class CompactionOperator(OpenLineageMixin, BaseOperator):
     """Compact a table in one task: plan, rewrite every group, commit (for small tables).
 
     Same options and result as the three-task form, with the commit's idempotency: its commit id derives
@@ -315,6 +320,8 @@ class CompactionOperator(BaseOperator):
     :param commit_id: overrides the derived commit id (templated).
     :param asset_alias: the asset alias the table's asset is emitted through; ``None`` for none.
     """
+
+    table_lineage = TableLineage("compaction", output="commit")
 
     template_fields: Sequence[str] = (
         "table",

@@ -30,6 +30,7 @@ from airflow_provider_iceberg_exec.operators.compaction import (
     _threshold,
     stage_task_specs,
 )
+from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -60,6 +61,8 @@ class ConvertEqualityDeletesOperator(CompactionOperator):
     :param memory_limit: the execution's memory limit, e.g. ``"1GiB"`` (templated).
     """
 
+    table_lineage = TableLineage("convert-equality-deletes", output="commit")
+
     template_fields: Sequence[str] = (
         "table",
         "where",
@@ -88,7 +91,7 @@ class ConvertEqualityDeletesOperator(CompactionOperator):
         )
 
 
-class ConvertEqualityDeletesPlanOperator(BaseOperator):
+class ConvertEqualityDeletesPlanOperator(OpenLineageMixin, BaseOperator):
     """Plan a conversion: one task spec per partition of the affected data files, for dynamic mapping.
 
     ``ConvertEqualityDeletesTaskOperator.partial(...).expand(task_spec=plan.output)``; an empty list means
@@ -102,6 +105,8 @@ class ConvertEqualityDeletesPlanOperator(BaseOperator):
     :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
     :param payload_file_threshold: above this many files the specs are staged in files.
     """
+
+    table_lineage = TableLineage("convert-equality-deletes")
 
     template_fields: Sequence[str] = ("table", "where", "options", "branch", "iceberg_exec_conn_id")
     template_fields_renderers = {"options": "json", "where": "sql"}
@@ -165,6 +170,8 @@ class ConvertEqualityDeletesTaskOperator(BoundedRewriteOperator):
     Mapped over the plan; the :class:`~airflow_provider_iceberg_exec.operators.commit.CommitOperator`
     commits every task's result at once (all or nothing).
     """
+
+    table_lineage = TableLineage("convert-equality-deletes")
 
     ui_color = "#a9d3f5"
     result_name_prefix = "result-"

@@ -38,6 +38,7 @@ from airflow_provider_iceberg_exec.operators.compaction import (
     _threshold,
     stage_task_specs,
 )
+from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -70,7 +71,7 @@ def _source_files(value: Sequence[str] | str | None) -> list[str]:
     return [str(path).strip() for path in value if str(path).strip()]
 
 
-class CowPlanOperator(BaseOperator):
+class CowPlanOperator(OpenLineageMixin, BaseOperator):
     """Plan a copy-on-write ``delete``, ``update`` or ``overwrite``; return one task spec per group.
 
     Reads metadata only: files that cannot hold a matching row are left out, files whose every row
@@ -95,6 +96,8 @@ class CowPlanOperator(BaseOperator):
     :param payload_file_threshold: above this many files the specs are staged in files; default
         ``[iceberg_exec] payload_file_threshold``.
     """
+
+    table_lineage = TableLineage("copy-on-write")
 
     template_fields: Sequence[str] = (
         "table",
@@ -217,6 +220,8 @@ class CowRewriteOperator(BoundedRewriteOperator):
     :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
     :param payload_file_threshold: see :class:`CowPlanOperator`.
     """
+
+    table_lineage = TableLineage("copy-on-write")
 
     ui_color = "#f0a86e"
     result_name_prefix = "result-cow-task-"

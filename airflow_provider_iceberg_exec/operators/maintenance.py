@@ -36,6 +36,7 @@ from airflow_provider_iceberg_exec.operators._common import (
     payload_name,
 )
 from airflow_provider_iceberg_exec.operators.compaction import _warn_pool_slots
+from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -108,7 +109,7 @@ def _snapshot_ids(value: Any) -> list[int]:
         raise ConfigurationError(f"snapshot_ids must be integers, got {list(value)!r}") from None
 
 
-class OrphanScanOperator(BaseOperator):
+class OrphanScanOperator(OpenLineageMixin, BaseOperator):
     """Find the files under the table's location that no metadata references; delete nothing.
 
     Java's rules (``remove_orphan_files`` with ``dry_run``): only files older than ``older_than`` (default
@@ -130,6 +131,8 @@ class OrphanScanOperator(BaseOperator):
     :param memory_limit: the execution's memory limit; default ``[iceberg_exec] memory_limit`` (templated).
     :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
     """
+
+    table_lineage = TableLineage("remove-orphan-files")
 
     template_fields: Sequence[str] = (
         "table",
@@ -220,7 +223,7 @@ class OrphanScanOperator(BaseOperator):
         return staged_list_uri(table_location, name)
 
 
-class OrphanDeleteOperator(BaseOperator):
+class OrphanDeleteOperator(OpenLineageMixin, BaseOperator):
     """Delete the files of an orphan scan, re-checking the table before each batch.
 
     A file that a commit made since the scan references is kept, as is one modified since the scan's
@@ -236,6 +239,8 @@ class OrphanDeleteOperator(BaseOperator):
     :param max_concurrent_deletes: parallel deletes.
     :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
     """
+
+    table_lineage = TableLineage("remove-orphan-files", output="cleanup")
 
     template_fields: Sequence[str] = ("scan_result", "table", "dry_run_only", "iceberg_exec_conn_id")
     template_fields_renderers = {"scan_result": "json"}
@@ -301,7 +306,7 @@ class OrphanDeleteOperator(BaseOperator):
         return load_file_io(dict(self.hook.get_conn().properties), uri)
 
 
-class ExpireSnapshotsOperator(BaseOperator):
+class ExpireSnapshotsOperator(OpenLineageMixin, BaseOperator):
     """Expire snapshots with Java's rules, then delete the files only the expired snapshots reached.
 
     Defaults follow the table's properties as in Spark: ``older_than`` is now minus
@@ -320,6 +325,8 @@ class ExpireSnapshotsOperator(BaseOperator):
     :param memory_limit: the execution's memory limit; default ``[iceberg_exec] memory_limit`` (templated).
     :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
     """
+
+    table_lineage = TableLineage("expire-snapshots", output="cleanup")
 
     template_fields: Sequence[str] = (
         "table",

@@ -31,6 +31,7 @@ from airflow_provider_iceberg_exec.operators._common import (
     with_asset_alias,
 )
 from airflow_provider_iceberg_exec.operators.commit import emit_table_asset
+from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["IcebergRewriteManifestsOperator"]
 
 
-class IcebergRewriteManifestsOperator(BaseOperator):
+class IcebergRewriteManifestsOperator(OpenLineageMixin, BaseOperator):
     """Rewrite a table's manifests into fewer, partition-clustered ones: Spark's ``rewrite_manifests``.
 
     The live entries of the current snapshot's data and delete manifests of ``spec_id`` are rewritten,
@@ -67,6 +68,8 @@ class IcebergRewriteManifestsOperator(BaseOperator):
     :param pool: the task's pool; default ``[iceberg_exec] pool``.
     :param pool_slots: the slots the task takes; default 1 (it reads and writes only manifests).
     """
+
+    table_lineage = TableLineage("rewrite-manifests", output="commit")
 
     template_fields: Sequence[str] = (
         "table",

@@ -44,6 +44,7 @@ from airflow_provider_iceberg_exec.operators._common import (
 )
 from airflow_provider_iceberg_exec.operators.commit import emit_table_asset
 from airflow_provider_iceberg_exec.operators.compaction import BoundedRewriteOperator, stage_task_specs
+from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["PositionDeletePlanOperator", "PositionDeleteRewriteOperator", "RewritePositionDeletesOperator"]
 
 
-class PositionDeletePlanOperator(BaseOperator):
+class PositionDeletePlanOperator(OpenLineageMixin, BaseOperator):
     """Plan a position-delete rewrite: group each partition's position delete files; one spec per group.
 
     The returned list is meant for dynamic task mapping
@@ -74,6 +75,8 @@ class PositionDeletePlanOperator(BaseOperator):
     :param payload_file_threshold: above this many files the specs are staged in files; default
         ``[iceberg_exec] payload_file_threshold``.
     """
+
+    table_lineage = TableLineage("rewrite-position-deletes")
 
     template_fields: Sequence[str] = ("table", "where", "options", "branch", "iceberg_exec_conn_id")
     template_fields_renderers = {"options": "json", "where": "sql"}
@@ -141,6 +144,8 @@ class PositionDeleteRewriteOperator(BoundedRewriteOperator):
     :class:`~airflow_provider_iceberg_exec.operators.compaction.CompactionRewriteOperator`.
     """
 
+    table_lineage = TableLineage("rewrite-position-deletes")
+
     ui_color = "#c9b3eb"
     result_name_prefix = "result-posdel-group-"
 
@@ -179,7 +184,7 @@ class PositionDeleteRewriteOperator(BoundedRewriteOperator):
         )
 
 
-class RewritePositionDeletesOperator(BaseOperator):
+class RewritePositionDeletesOperator(OpenLineageMixin, BaseOperator):
     """Rewrite a table's position delete files in one task: plan, rewrite every group, commit.
 
     The commit id derives from the DAG, run and task, so a retry after a commit that landed reports it
@@ -196,6 +201,8 @@ class RewritePositionDeletesOperator(BaseOperator):
     :param commit_id: overrides the derived commit id (templated).
     :param asset_alias: the asset alias the table's asset is emitted through; ``None`` for none.
     """
+
+    table_lineage = TableLineage("rewrite-position-deletes", output="commit")
 
     template_fields: Sequence[str] = (
         "table",

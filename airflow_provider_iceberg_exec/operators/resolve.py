@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import ASSET_ALIAS, normalize_options, optional_text
 from airflow_provider_iceberg_exec.operators.compaction import CompactionOperator
+from airflow_provider_iceberg_exec.operators.lineage import TableLineage
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -65,6 +66,8 @@ class ResolveEqualityDeletesOperator(CompactionOperator):
     :param pool_slots: the slots the task takes; default derived from ``[iceberg_exec] memory_limit`` (for
         a literal ``memory_limit``, pass ``settings.pool_slots_for(memory_limit)``).
     """
+
+    table_lineage = TableLineage("resolve-equality-deletes", output="commit")
 
     template_fields: Sequence[str] = (
         "table",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,30 @@ def test_resolve_equality_deletes_dag_removes_them_and_keeps_the_live_rows(airfl
     assert data_files_by_region(demo_table)["apac"] == untouched
     assert demo_table.current_snapshot().summary.operation.value == "replace"
     assert _asset_events("iceberg://demo/demo/events") == events_before + 1
+
+
+def test_cdc_merge_dag_merges_the_landed_batch_then_compacts(airflow_db, demo_table):
+    """The expected rows: the rows before, with the landed batch's changes applied by hand."""
+    import pyarrow.parquet as pq
+
+    from tests.helpers import local_path, row_digest
+
+    before = {r["id"]: r for r in demo_table.scan().to_arrow().to_pylist()}
+    run = _load_dag("example_iceberg_cdc_merge").test()
+
+    states = _ti_states(run)
+    assert str(run.state) == "success", states
+    assert states["merge[-1]"] == "success"
+    assert states["compaction.commit[-1]"] == "success"
+    (landed,) = (Path(local_path(demo_table.location())) / "landing").glob("cdc-*.parquet")
+    batch = pq.read_table(landed).to_pylist()
+    assert {r["op"] for r in batch} == {"U", "D", "I"}
+    for change in batch:
+        op = change.pop("op")
+        if op == "D":
+            before.pop(change["id"])
+        else:
+            before[change["id"]] = change
+    expected = (len(before), sum(row_digest(r) for r in before.values()) & ((1 << 64) - 1))
+    assert live_checksum(demo_table) == expected
+    assert demo_table.current_snapshot().summary.operation.value == "replace"  # compacted after the merge

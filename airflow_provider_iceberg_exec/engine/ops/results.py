@@ -8,8 +8,8 @@ Airflow's ``CommitOperator`` and the CLI's ``commit`` both call :func:`commit_re
    ``overwrite``); results of mixed or unknown schemas are refused;
 3. compares them with the plan when it is given (:func:`decide_commit`): under Spark's
    ``partial-progress.enabled`` the delivered compaction groups commit and the failed ones are counted;
-   otherwise, and always for copy-on-write (a partial delete is never committed), nothing commits, the
-   files the delivered tasks wrote are deleted if the table does not reference them, and
+   otherwise, and always for copy-on-write and MERGE (a partial delete or merge is never committed),
+   nothing commits, the files the delivered tasks wrote are deleted if the table does not reference them, and
    :class:`~airflow_provider_iceberg_exec.engine.errors.IncompleteRunError` says why;
 4. waits for a quiet period on the branch when asked, commits, and discards the staged payloads.
 """
@@ -30,6 +30,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     COMPACTION_RESULT,
     CONVERT_TASK_RESULT,
     COW_RESULT,
+    MERGE_TASK_RESULT,
     POSITION_DELETE_RESULT,
     REWRITE_RESULT,
     CompactionResult,
@@ -70,10 +71,11 @@ COMMITTERS: dict[str, tuple[str, str]] = {
     COW_RESULT: ("cow", "commit_cow_rewrite"),
     CONVERT_TASK_RESULT: ("convert", "commit_conversion"),
     POSITION_DELETE_RESULT: ("position_deletes", "commit_position_delete_rewrite"),
+    MERGE_TASK_RESULT: ("merge", "commit_merge"),
 }
 #: result schemas whose missing results ``partial-progress.enabled`` tolerates (compaction's and
-#: position-delete compaction's; never a copy-on-write result: committing the other tasks' removals
-#: would be a partial delete)
+#: position-delete compaction's; never a copy-on-write or merge result: committing the other tasks'
+#: changes would be a partial delete, update or merge)
 PARTIAL_PROGRESS_SCHEMAS = frozenset({REWRITE_RESULT, POSITION_DELETE_RESULT})
 _NAMED_AT_MOST = 10
 

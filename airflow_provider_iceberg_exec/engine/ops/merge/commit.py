@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
-__all__ = ["commit_merge"]
+__all__ = ["commit_merge", "landed_merge_result"]
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,28 @@ def commit_merge(table: Table, results: Sequence[Mapping[str, Any]], *, commit_i
         summary["num_target_rows_updated"],
         summary["num_target_rows_deleted"],
         summary["num_target_rows_inserted"],
+    )
+    return summary
+
+
+def landed_merge_result(table: Table, branch: str, commit_id: str) -> dict[str, Any] | None:
+    """The result of a merge whose ``commit_id`` already landed (its snapshot; counts are not kept), else
+    ``None``.
+
+    A retry must not plan again: against the merged table the source would match what it inserted (a
+    second write, and duplicate inserted keys would even fail the cardinality check).
+    """
+    refresh_table(table)
+    landed = find_commit(table.metadata, branch, commit_id)
+    if landed is None:
+        return None
+    log.info("merge commit %s already landed as snapshot %s", commit_id, landed.snapshot_id)
+    summary = _summary(table, [dict.fromkeys((*_COUNTS, "mode"), 0)], commit_id)
+    summary.update(
+        mode=None,
+        snapshot_ids=[landed.snapshot_id],
+        snapshot_operation=landed.summary.operation.value if landed.summary else None,
+        already_committed=True,
     )
     return summary
 

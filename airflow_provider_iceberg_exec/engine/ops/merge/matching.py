@@ -15,6 +15,7 @@ target order.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -252,31 +253,23 @@ def matched_source_rows(
     position, sorted by both."""
     if not pairs.rows:
         return
-    # Join, stage, then sort in a session of its own: the join's two sorts and the ORDER BY in one plan
-    # shared a small pool six ways and failed ("Not enough memory to continue external sort").
-    joined = StagedParquet(os.path.join(spill_dir, "merge-matched-rows"))
-    try:
-        ctx = join_session(join_limits(limits, [pairs, source.rows]), spill_dir)
-        register_staged(ctx, "p", pairs.path)
-        register_staged(ctx, "s", source.rows.path)
-        query = (
-            f'SELECT p."{ORD}", p."{POS}", s.* FROM p JOIN s ON p."{SRC}" = s."{SRC}" '
-            f'WHERE p."{ORD}" < {int(file_count)}'
-        )
-        for chunk in ctx.sql(query).execute_stream():
-            batch = chunk.to_pyarrow()
-            if batch.num_rows:
-                joined.write(batch)
-        if not joined.close():
-            return
-        ctx = join_session(join_limits(limits, [joined]), spill_dir)
-        register_staged(ctx, "m", joined.path)
-        for chunk in ctx.sql(f'SELECT * FROM m ORDER BY "{ORD}", "{POS}"').execute_stream():
-            batch = chunk.to_pyarrow()
-            if batch.num_rows:
-                yield batch
-    finally:
-        joined.remove()
+    # Nothing else of the task holds memory now (both sides are staged): the join and the sort of whole
+    # source rows get the whole limit, in batches of about 64 KiB.
+    sized = join_limits(limits, [pairs, source.rows])
+    ctx = join_session(
+        dataclasses.replace(sized, memory_limit_bytes=limits.memory_limit_bytes, target_partitions=1),
+        spill_dir,
+    )
+    register_staged(ctx, "p", pairs.path)
+    register_staged(ctx, "s", source.rows.path)
+    query = (
+        f'SELECT p."{ORD}", p."{POS}", s.* FROM p JOIN s ON p."{SRC}" = s."{SRC}" '
+        f'WHERE p."{ORD}" < {int(file_count)} ORDER BY 1, 2'
+    )
+    for chunk in ctx.sql(query).execute_stream():
+        batch = chunk.to_pyarrow()
+        if batch.num_rows:
+            yield batch
 
 
 def unmatched_source_rows(

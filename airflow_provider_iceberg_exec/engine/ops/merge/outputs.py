@@ -20,7 +20,11 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.io.position_delete_writer import PositionDeleteWriter
 from airflow_provider_iceberg_exec.engine.io.sorting import sort_for_output
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
-from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter, conform_batch
+from airflow_provider_iceberg_exec.engine.io.write import (
+    PartitionSplitter,
+    RollingDataFileWriter,
+    conform_batch,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,6 +67,7 @@ class Outputs:
         self._writers: list[Any] = []
         self._new: RollingDataFileWriter | None = None
         self._new_stage: StagedParquet | None = None
+        self._new_schema: pa.Schema | None = None
         self._spill_dir = ""
         self._number = 0
 
@@ -101,6 +106,11 @@ class Outputs:
             return
         if self._new_stage is None:
             self._new_stage = StagedParquet(os.path.join(self._spill_dir, "merge-new-rows"))
+            self._new_schema = rows.schema
+        elif not rows.schema.equals(self._new_schema):
+            # Inserted rows come from the source, moved ones from a target file: the same Iceberg types
+            # may be other Arrow types (string / large_string), and one stage holds one schema.
+            rows = rows.cast(self._new_schema)
         self._new_stage.write(rows)
 
     def finish(self) -> None:

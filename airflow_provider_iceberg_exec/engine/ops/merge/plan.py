@@ -25,7 +25,7 @@ from airflow_provider_iceberg_exec.engine.meta.scan import check_branch, parse_w
 from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_to_json
 from airflow_provider_iceberg_exec.engine.ops.merge.clauses import MergeClauses
 from airflow_provider_iceberg_exec.engine.ops.merge.source import MergeSource, resolve_source
-from airflow_provider_iceberg_exec.engine.ops.merge.task import key_fields_for
+from airflow_provider_iceberg_exec.engine.ops.merge.task import check_clauses, key_fields_for
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -88,6 +88,7 @@ def plan_merge(
         table, paths=list(source_files), source_table=source_table, snapshot_id=source_snapshot_id
     )
     _check_source_columns(clauses, source, list(on))
+    check_clauses(clauses, schema, source.arrow_schema)
     write_mode = _mode(mode, metadata.properties, metadata.format_version)
     level = _isolation(isolation_level, metadata.properties)
     snapshot = table.snapshot_by_name(branch)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, uris_of
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError
-from airflow_provider_iceberg_exec.engine.ops.merge.commit import commit_merge
+from airflow_provider_iceberg_exec.engine.ops.merge.commit import commit_merge, landed_merge_result
 from airflow_provider_iceberg_exec.engine.ops.merge.plan import DEFAULT_TASK_SIZE_BYTES, plan_merge
 from airflow_provider_iceberg_exec.engine.ops.merge.task import execute_merge_task
 
@@ -60,10 +60,14 @@ def merge(
     [{'id': 1, 'v': 'a'}, {'id': 2, 'v': 'B'}, {'id': 3, 'v': 'C'}]
     >>> catalog.engine.dispose(); workdir.cleanup()
 
+    :param commit_id: the idempotency key; when a snapshot with it already landed, that snapshot is
+        reported (``already_committed``, zero counts, ``plan`` ``None``) and nothing is planned or written.
     :returns: the commit result (``iceberg-exec/merge-result@1``) with a ``plan`` summary.
     :raises ConfigurationError: for bad input, or a target row matched by two source rows (nothing changed).
     """
     limits = limits or ResourceLimits()
+    if commit_id is not None and (landed := landed_merge_result(table, branch, commit_id)) is not None:
+        return {**landed, "plan": None}  # a retry after the commit landed: report it, merge nothing again
     plan = plan_merge(
         table,
         on=on,

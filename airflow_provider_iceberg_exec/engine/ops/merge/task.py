@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
 
-__all__ = ["execute_merge_task", "key_fields_for"]
+__all__ = ["check_clauses", "execute_merge_task", "key_fields_for"]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,11 @@ def key_fields_for(table: Table, on: Sequence[str]) -> list[Any]:
             raise ConfigurationError(f"join column {name!r} is not of a primitive type")
         out.append(NestedField(found.field_id, key_column(found.field_id), found.field_type, required=False))
     return out
+
+
+def check_clauses(clauses: MergeClauses, schema: Any, source_schema: pa.Schema) -> None:
+    """Fail now when a clause's condition or value does not evaluate over the target and source rows."""
+    _Evaluator(clauses, schema, source_schema).check()
 
 
 def execute_merge_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) -> dict[str, Any]:
@@ -434,6 +439,23 @@ class _Evaluator:
         self.source_type = pa.struct(list(source_schema))
         self._by_kind = self._unconditional()
 
+    def check(self) -> None:
+        """Plan every clause's SQL once over no rows, so that a bad expression fails before any work.
+
+        :raises ConfigurationError: naming DataFusion's complaint.
+        """
+        import pyarrow as pa
+
+        empty = pa.RecordBatch.from_arrays(
+            [pa.array([], self.target_type), pa.array([], self.source_type), pa.array([], pa.int8())],
+            names=["t", "s", KIND],
+        )
+        self._query(empty, self.clauses.choice_sql("m"))
+        numbers = [*self.update_numbers, *self.insert_numbers]
+        if numbers:
+            with_choice = empty.append_column(CHOICE, pa.array([], pa.int64()))
+            self._query(with_choice, self.clauses.output_sql("m", numbers))
+
     def _unconditional(self) -> dict[int, int] | None:
         """The clause number each kind takes when no clause has a condition, else ``None``."""
         if any(c.condition for c in self.clauses.all):
@@ -503,7 +525,8 @@ class _Evaluator:
 
         self._ctx.register_record_batches("m", [[batch]])
         try:
-            return pa.Table.from_batches(self._ctx.sql(sql).collect())
+            frame = self._ctx.sql(sql)
+            return pa.Table.from_batches(frame.collect(), schema=frame.schema())
         except Exception as err:  # DataFusion's planning and execution errors
             raise ConfigurationError(
                 f"cannot evaluate the merge clauses: {first_line(err)}; qualify columns with t. (target) or "
