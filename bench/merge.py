@@ -243,15 +243,22 @@ def worker_spark(metadata: str, run_dir: str, source: str, mode: str, driver_mem
 
 
 def _matched_positions(data_files: list[str], keys: Any) -> dict[str, Any]:
-    """Per data file, the positions of its rows whose id the source has (reads the ``id`` column only)."""
+    """Per data file, the positions of its rows whose id the source has (reads the ``id`` column only).
+
+    The lookup is built once: a bitmap over the (dense, non-negative) ids; ``pc.is_in`` would rebuild a
+    hash set of every source key per file.
+    """
     import numpy as np
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    key_ids = keys.to_numpy(zero_copy_only=False)
+    member = np.zeros(int(key_ids.max()) + 1, dtype=bool)
+    member[key_ids] = True
     found = {}
     for path in data_files:
-        ids = pq.read_table(path, columns=["id"]).column("id")
-        hit = np.flatnonzero(pc.is_in(ids, value_set=keys).to_numpy(zero_copy_only=False))
+        ids = pq.read_table(path, columns=["id"]).column("id").to_numpy()
+        inside = ids < len(member)
+        hit = np.flatnonzero(inside & member[np.where(inside, ids, 0)])
         if len(hit):
             found[path] = hit
     return found
