@@ -1,6 +1,8 @@
 """MERGE with a source many times the memory limit: the matched source rows, joined back to their target
 rows and sorted by position, must spill and finish (regression: the join's sorts and the ORDER BY in one
-plan shared the pool six ways, "Not enough memory to continue external sort")."""
+plan shared the pool six ways, "Not enough memory to continue external sort"; with one partition the
+join became a hash join whose build side, every pair, could not spill: "Failed to allocate ... for
+HashJoinInput")."""
 
 from __future__ import annotations
 
@@ -10,19 +12,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.ops.merge import upsert
 
-ROWS = 300_000
+ROWS = 2_000_000  # 1M matched rows: pairs of about 20 MB, above the join's pool at the 32 MiB limit
 
 
 def _rows(ids: np.ndarray, tag: str) -> pa.Table:
-    pad = "x" * 120
-    return pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array([f"{tag}{i}{pad}" for i in ids])})
+    text = pc.binary_join_element_wise(tag, pc.cast(pa.array(ids, pa.int64()), pa.string()), "")
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": text})
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open bug: matched_source_rows fails at 32 MiB with 1M matched rows (hash join build side of "
+    "every pair with one partition; 'Not enough memory to continue external sort' with two)",
+)
 def test_a_source_larger_than_the_limit_finishes(catalog: SqlCatalog, tmp_path: Path) -> None:
     table = catalog.create_table("ns.big", schema=pa.schema([("id", pa.int64()), ("v", pa.string())]))
     table.append(_rows(np.arange(ROWS), "old"))
