@@ -2,7 +2,7 @@
 rows and sorted by position, must spill and finish (regression: the join's sorts and the ORDER BY in one
 plan shared the pool six ways, "Not enough memory to continue external sort"; with one partition the
 join became a hash join whose build side, every pair, could not spill: "Failed to allocate ... for
-HashJoinInput")."""
+HashJoinInput"). The matched rows are now fetched by range of target positions, one source pass each."""
 
 from __future__ import annotations
 
@@ -26,12 +26,8 @@ def _rows(ids: np.ndarray, tag: str) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64()), "v": text})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug: matched_source_rows fails at 32 MiB with 1M matched rows (hash join build side of "
-    "every pair with one partition; 'Not enough memory to continue external sort' with two)",
-)
-def test_a_source_larger_than_the_limit_finishes(catalog: SqlCatalog, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+def test_a_source_larger_than_the_limit_finishes(catalog: SqlCatalog, tmp_path: Path, mode: str) -> None:
     table = catalog.create_table("ns.big", schema=pa.schema([("id", pa.int64()), ("v", pa.string())]))
     table.append(_rows(np.arange(ROWS), "old"))
     rng = np.random.default_rng(5)
@@ -41,7 +37,9 @@ def test_a_source_larger_than_the_limit_finishes(catalog: SqlCatalog, tmp_path: 
     pq.write_table(source, tmp_path / "source.parquet")
     limits = ResourceLimits(memory_limit_bytes=32 << 20, spill_dir=str(tmp_path / "spill"))
 
-    result = upsert(table, join_cols=["id"], source_files=[str(tmp_path / "source.parquet")], limits=limits)
+    result = upsert(
+        table, join_cols=["id"], source_files=[str(tmp_path / "source.parquet")], limits=limits, mode=mode
+    )
 
     assert (result["rows_updated"], result["rows_inserted"]) == (ROWS // 2, ROWS // 2)
     table.refresh()

@@ -353,7 +353,6 @@ def _fetch_sorted(chunk: pa.Table, source: SourceStage, batch_size: int) -> Iter
     """The source rows ``chunk``'s pairs name, beside the pairs' ordinal and position, sorted by both."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     if not chunk.num_rows:
         return
@@ -363,24 +362,21 @@ def _fetch_sorted(chunk: pa.Table, source: SourceStage, batch_size: int) -> Iter
     ordinals = chunk.column(ORD).to_numpy()[order]
     positions = chunk.column(POS).to_numpy()[order]
     pieces, taken = [], 0
-    for name in sorted(f for f in os.listdir(source.rows.path) if f.endswith(".parquet")):
+    for batch in _staged_batches(source.rows.path, batch_size):
+        first = batch.column(SRC)[0].as_py()
+        last = first + batch.num_rows  # ordinals are consecutive: the source was numbered as staged
+        lo, hi = np.searchsorted(wanted, [first, last])
+        if hi > lo:
+            rows = batch.take(pa.array(wanted[lo:hi] - first))
+            pieces.append(
+                pa.RecordBatch.from_arrays(
+                    [pa.array(ordinals[lo:hi]), pa.array(positions[lo:hi]), *rows.columns],
+                    names=[ORD, POS, *rows.schema.names],
+                )
+            )
+            taken = int(hi)
         if taken == len(wanted):
             break
-        for batch in pq.ParquetFile(os.path.join(source.rows.path, name)).iter_batches(batch_size=batch_size):
-            first = batch.column(SRC)[0].as_py()
-            last = first + batch.num_rows  # ordinals are consecutive: the source was numbered as staged
-            lo, hi = np.searchsorted(wanted, [first, last])
-            if hi > lo:
-                rows = batch.take(pa.array(wanted[lo:hi] - first))
-                pieces.append(
-                    pa.RecordBatch.from_arrays(
-                        [pa.array(ordinals[lo:hi]), pa.array(positions[lo:hi]), *rows.columns],
-                        names=[ORD, POS, *rows.schema.names],
-                    )
-                )
-                taken = int(hi)
-            if taken == len(wanted):
-                break
     table = pa.Table.from_batches(pieces).sort_by([(ORD, "ascending"), (POS, "ascending")])
     del pieces
     yield from table.to_batches(max_chunksize=batch_size)
@@ -389,20 +385,36 @@ def _fetch_sorted(chunk: pa.Table, source: SourceStage, batch_size: int) -> Iter
 def unmatched_source_rows(
     pairs: StagedParquet, source: SourceStage, limits: ResourceLimits, spill_dir: str
 ) -> Iterator[pa.RecordBatch]:
-    """The source rows no pair names (the NOT MATCHED rows), without the source ordinal."""
+    """The source rows no pair names (the NOT MATCHED rows), without the source ordinal.
+
+    The matched source ordinals go into a bitmap (one bit per source row); the staged source then
+    streams once, in order, and the rows whose bit is clear are the ones to insert. No join, no sort.
+    """
+    import numpy as np
+    import pyarrow as pa
+
     if not source.rows.rows:
         return
-    ctx = join_session(join_limits(limits, [pairs, source.rows]), spill_dir)
-    register_staged(ctx, "s", source.rows.path)
+    matched = np.zeros((source.count + 7) // 8, dtype=np.uint8)
     if pairs.rows:
-        register_staged(ctx, "p", pairs.path)
-        query = f'SELECT s.* FROM s LEFT ANTI JOIN p ON s."{SRC}" = p."{SRC}"'
-    else:
-        query = "SELECT * FROM s"
-    for chunk in ctx.sql(query).execute_stream():
-        batch = chunk.to_pyarrow()
-        if batch.num_rows:
-            yield batch.drop_columns([SRC])
+        for batch in _staged_batches(pairs.path, limits.batch_size, columns=[SRC]):
+            ordinals = batch.column(0).to_numpy()
+            np.bitwise_or.at(matched, ordinals >> 3, (1 << (ordinals & 7)).astype(np.uint8))
+    for batch in _staged_batches(source.rows.path, limits.batch_size):
+        ordinals = batch.column(SRC).to_numpy()
+        keep = ((matched[ordinals >> 3] >> (ordinals & 7)) & 1) == 0
+        if keep.any():
+            yield batch.filter(pa.array(keep)).drop_columns([SRC])
+
+
+def _staged_batches(path: str, batch_size: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """The batches of a staged directory, part by part in the order they were written."""
+    import pyarrow.parquet as pq
+
+    for name in sorted(f for f in os.listdir(path) if f.endswith(".parquet")):
+        yield from pq.ParquetFile(os.path.join(path, name)).iter_batches(
+            batch_size=batch_size, columns=columns
+        )
 
 
 class MatchedRows:
