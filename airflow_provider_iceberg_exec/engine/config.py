@@ -67,6 +67,11 @@ class ResourceLimits:
         """Bytes one Parquet writer may buffer for a row group (an eighth of the limit, at most 128 MiB)."""
         return min(128 * MiB, self.memory_limit_bytes // 8)
 
+    @property
+    def file_workers(self) -> int:
+        """Data files rewritten at once: one per core, as long as each gets four writer buffers."""
+        return max(1, min(self.target_partitions, self.memory_limit_bytes // (4 * self.writer_buffer_bytes)))
+
 
 class Strategy(str, enum.Enum):
     """How a group's rows are ordered in its output (Spark's ``strategy``)."""

@@ -242,7 +242,7 @@ def _result(
 class _Run:
     """One task's execution: files processed (in parallel where rows stay in place), counts, writers.
 
-    Files whose rows stay in their partition are processed on ``_workers(limits)`` threads, each file
+    Files whose rows stay in their partition are processed on ``limits.file_workers`` threads, each file
     with its own reader and writer (PyArrow releases the GIL while it decodes, filters, encodes and
     compresses); the rows that must be clustered by partition go through one ordered stream afterwards.
     Every writer is kept, so that a failure removes whatever any of them wrote.
@@ -321,10 +321,11 @@ class _Run:
         return in_place, to_order
 
     def _rewrite_in_place(self, in_place: Sequence[tuple[Mapping[str, Any], ScannedFile]]) -> None:
-        """Probe and rewrite the files whose rows stay in their partition, on up to ``_workers`` threads."""
+        """Probe and rewrite the files whose rows stay in their partition, on up to
+        ``limits.file_workers`` threads."""
         from concurrent.futures import ThreadPoolExecutor
 
-        workers = min(_workers(self.limits), len(in_place))
+        workers = min(self.limits.file_workers, len(in_place))
         if any(has_equality_deletes(scanned) for _, scanned in in_place):
             workers = 1  # each equality-delete anti-join takes its own share of the memory limit
         if workers <= 1:
@@ -517,10 +518,3 @@ class _Run:
             for partition_key, run in splitter.split(batch):
                 writer.write(partition_key, run)
         return writer.close()
-
-
-def _workers(limits: ResourceLimits) -> int:
-    """Files rewritten at once: one per core, as long as each gets four writer buffers of the limit."""
-    return max(
-        1, min(limits.target_partitions, limits.memory_limit_bytes // (4 * limits.writer_buffer_bytes))
-    )

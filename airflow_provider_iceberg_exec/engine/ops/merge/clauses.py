@@ -263,6 +263,12 @@ class MergeClauses:
                 return True
         return False
 
+    def copies_source(self, clause: Clause) -> bool:
+        """Whether ``clause`` writes every table column as the source's (``UPDATE SET *``, ``INSERT *``)."""
+        return clause.action != "delete" and all(
+            clause.values.get(c) == f"s.{_quote(c)}" for c in self.columns
+        )
+
     @property
     def insert_only(self) -> bool:
         """Only NOT MATCHED clauses: a plain append, as Spark plans it."""

@@ -147,7 +147,7 @@ class Evaluator:
         if not numbers or not taken.any():
             return None
         chosen = {int(n) for n in np.unique(choice[taken])}
-        if all(self._copies_source(n) for n in chosen):
+        if all(self.clauses.copies_source(self.clauses.all[n - 1]) for n in chosen):
             source = combined.column("s").filter(pa.array(taken))
             out = pa.RecordBatch.from_arrays(
                 [source.field(c) for c in self.arrow_schema.names], schema=self.arrow_schema
@@ -158,10 +158,6 @@ class Evaluator:
             out = conform_batch(_one_batch(table, self.arrow_schema), self.arrow_schema)
         check_required(out, self.schema, "merge")
         return out
-
-    def _copies_source(self, number: int) -> bool:
-        clause = self.clauses.all[number - 1]
-        return all(clause.values.get(c) == f"s.{_plain(c)}" for c in self.arrow_schema.names)
 
     def _session(self) -> Any:
         from datafusion import SessionConfig, SessionContext
@@ -191,12 +187,6 @@ class Evaluator:
             ) from err
         finally:
             ctx.deregister_table("m")
-
-
-def _plain(name: str) -> str:
-    import re
-
-    return name if re.fullmatch(r"[a-z_][a-z0-9_]*", name) else '"' + name.replace('"', '""') + '"'
 
 
 def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:

@@ -138,8 +138,7 @@ def _check_source_columns(clauses: MergeClauses, source: MergeSource, on: list[s
     if missing := [c for c in on if c not in names]:
         raise ConfigurationError(f"the merge source has no join column {', '.join(missing)}")
     for clause in clauses.all:
-        star = all(clause.values.get(c) == f"s.{c}" for c in clauses.columns) and clause.action != "delete"
-        if star and (missing := [c for c in clauses.columns if c not in names]):
+        if clauses.copies_source(clause) and (missing := [c for c in clauses.columns if c not in names]):
             raise ConfigurationError(
                 f"clause {clause.text!r} takes every column from the source, which lacks {', '.join(missing)}"
             )

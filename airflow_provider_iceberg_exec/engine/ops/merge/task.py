@@ -209,7 +209,7 @@ class _Run:
             for ordinal, scanned in enumerate(self.files)
             if ordinal in touched or self.clauses.not_matched_by_source
         ]
-        workers = min(_workers(self.limits), len(todo)) if self.reads_target else 1
+        workers = min(self.limits.file_workers, len(todo)) if self.reads_target else 1
         if workers <= 1:
             for ordinal, scanned in todo:
                 self._finish(ordinal, self._target_file(ordinal, scanned, dead[ordinal], matched))
@@ -419,13 +419,6 @@ class FileRows:
         if self._rows is None or end <= start:
             return [], []
         return self._rows.slice(start, end - start).to_batches(), [self._positions[start:end]]
-
-
-def _workers(limits: ResourceLimits) -> int:
-    """Files read at once: one per core, as long as each gets four writer buffers of the limit."""
-    return max(
-        1, min(limits.target_partitions, limits.memory_limit_bytes // (4 * limits.writer_buffer_bytes))
-    )
 
 
 def _dead_positions(
