@@ -37,7 +37,9 @@ __all__ = [
     "Listener",
     "Progress",
     "Tracker",
+    "byte_size",
     "current",
+    "duration",
     "listening",
     "track",
 ]
@@ -73,6 +75,64 @@ class Progress:
         if self.files_total > 0:
             return min(1.0, self.files_done / self.files_total)
         return 1.0 if self.phase == "done" else 0.0
+
+    @property
+    def bytes_per_second(self) -> float:
+        """The mean rate of bytes done since the operation started."""
+        return self.bytes_done / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """The seconds left at the mean rate so far; ``None`` before anything is done."""
+        fraction = self.fraction
+        if fraction <= 0 or self.elapsed_seconds <= 0:
+            return None
+        return self.elapsed_seconds * (1 - fraction) / fraction
+
+    def describe(self) -> str:
+        """One line with every figure, as the operators log it.
+
+        >>> event = Progress("compaction", "g-1", "run", 3, 12, 3 << 20, 12 << 20, 1500, 0, 200 << 20, 2.0)
+        >>> print(event.describe().replace(", s", ",\\n s"))  # doctest: +NORMALIZE_WHITESPACE
+        compaction g-1: 3/12 files, 3.0 MiB/12.0 MiB (25%), 1,500 rows,
+        spilled 0 B, RSS 200.0 MiB, 1.5 MiB/s, ETA 6 s
+        """
+        name = f"{self.operation} {self.label}" if self.label else self.operation
+        eta = self.eta_seconds
+        return (
+            f"{name}: {self.files_done}/{self.files_total} files, {byte_size(self.bytes_done)}/"
+            f"{byte_size(self.bytes_total)} ({self.fraction:.0%}), {self.rows:,} rows, "
+            f"spilled {byte_size(self.spilled_bytes)}, RSS {byte_size(self.rss_bytes)}, "
+            f"{byte_size(int(self.bytes_per_second))}/s, ETA {'-' if eta is None else duration(eta)}"
+        )
+
+
+def byte_size(n: int) -> str:
+    """``n`` bytes in binary units.
+
+    >>> byte_size(0), byte_size(1536), byte_size(3 << 30)
+    ('0 B', '1.5 KiB', '3.0 GiB')
+    """
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover - the loop returns at GiB
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as ``42 s``, ``3 min 05 s`` or ``2 h 01 min``.
+
+    >>> duration(42.4), duration(185), duration(7260)
+    ('42 s', '3 min 05 s', '2 h 01 min')
+    """
+    total = round(seconds)
+    if total < 60:
+        return f"{total} s"
+    if total < 3600:
+        return f"{total // 60} min {total % 60:02d} s"
+    return f"{total // 3600} h {total % 3600 // 60:02d} min"
 
 
 #: a progress callback; it runs on whichever thread advanced the operation, under the tracker's lock
@@ -143,9 +203,9 @@ class Tracker:
             self.bytes_done += bytes_done
             self.rows += rows
             now = self._clock()
-            if not files and not bytes_done and phase == self.phase:
-                if now - self._last < ROWS_INTERVAL_SECONDS:
-                    return
+            rows_only = not files and not bytes_done and phase == self.phase
+            if rows_only and now - self._last < ROWS_INTERVAL_SECONDS:
+                return
             self.phase = phase
             self._emit(now)
 

@@ -35,8 +35,8 @@ def test_a_compaction_reports_monotone_progress_reaching_the_plan_totals(
     assert live_checksum(table) == before
     assert result["rewritten_data_files_count"] == len(inputs) == 36
     assert {e.operation for e in events} == {"compaction"}
-    assert [e.phase for e in events][0] == "start"
-    assert [e.phase for e in events][-1] == "done"
+    assert events[0].phase == "start"
+    assert events[-1].phase == "done"
     assert_monotone(events)
     last = events[-1]
     # one tracker for the whole run: the plan's totals, every file and byte read, every row written

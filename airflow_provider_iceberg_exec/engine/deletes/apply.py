@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker
 from airflow_provider_iceberg_exec.engine.deletes.matches import equality_matches
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
 from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
+from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker
 
 if TYPE_CHECKING:
     import numpy as np

@@ -43,10 +43,13 @@ def test_events_are_monotone_and_reach_the_totals() -> None:
 
 def test_a_nested_operation_advances_the_outer_one() -> None:
     events: list[Progress] = []
-    with listening(events.append), track("compaction", files_total=4, bytes_total=40) as outer:
-        with track("compaction", files_total=2, bytes_total=20) as inner:
-            assert inner is outer
-            inner.advance(files=2, bytes_done=20)
+    with (
+        listening(events.append),
+        track("compaction", files_total=4, bytes_total=40) as outer,
+        track("compaction", files_total=2, bytes_total=20) as inner,
+    ):
+        assert inner is outer
+        inner.advance(files=2, bytes_done=20)
     assert [(e.phase, e.files_total, e.files_done) for e in events] == [
         ("start", 4, 0),
         ("run", 4, 2),

@@ -76,9 +76,9 @@ def compact(
     resolved = CompactionOptions.from_options(plan["options"])
     results: list[RewriteResult] = []
     inputs = [entry["data-file"] for task in plan["tasks"] for entry in task["data_files"]]
-    totals = {"files_total": len(inputs), "bytes_total": sum(int(f["file-size-in-bytes"]) for f in inputs)}
+    input_bytes = sum(int(f["file-size-in-bytes"]) for f in inputs)
     try:
-        with track("compaction", **totals):
+        with track("compaction", files_total=len(inputs), bytes_total=input_bytes):
             failed_files = _rewrite_groups(table, plan, limits, resolved, results)
         outcome = commit_compaction(
             table, results, commit_id=commit_id or uuid.uuid4().hex, failed_data_files_count=failed_files
