@@ -59,7 +59,7 @@ class Progress:
     files_total: int
     bytes_done: int
     bytes_total: int
-    #: rows written so far
+    #: rows streamed through so far (read from the targets, or written)
     rows: int
     #: the peak size of the spill files of the execution running now
     spilled_bytes: int

@@ -43,6 +43,7 @@ from airflow_provider_iceberg_exec.engine.ops.merge.matching import (
 )
 from airflow_provider_iceberg_exec.engine.ops.merge.outputs import Outputs
 from airflow_provider_iceberg_exec.engine.ops.merge.source import MergeSource
+from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker, track
 
 if TYPE_CHECKING:
     import numpy as np
@@ -120,7 +121,12 @@ def execute_merge_task(table: Table, task: Mapping[str, Any], limits: ResourceLi
     if int(doc["schema_id"]) != metadata.schema().schema_id:
         raise ConfigurationError(f"the schema of {doc['table']} changed since planning; plan again")
     run = _Run(table, doc, limits)
-    with track_resources(limits) as (spill_dir, stats):
+    files, size = task_totals(doc)
+    with (
+        track("merge", files_total=files, bytes_total=size, label=f"task {doc['task_id']}") as progress,
+        track_resources(limits) as (spill_dir, stats),
+    ):
+        run.progress = progress
         try:
             run.execute(spill_dir)
         except BaseException as err:
@@ -130,6 +136,12 @@ def execute_merge_task(table: Table, task: Mapping[str, Any], limits: ResourceLi
                 raise
             raise mapped from err
     return run.result(stats)
+
+
+def task_totals(task: Mapping[str, Any]) -> tuple[int, int]:
+    """The target files of a (checked) task and their bytes: what its progress counts."""
+    sizes = [int(e["data-file"]["file-size-in-bytes"]) for e in task.get("data_files") or []]
+    return len(sizes), sum(sizes)
 
 
 class _Run:
@@ -154,6 +166,7 @@ class _Run:
         )
         self.source = MergeSource.from_json(table, doc["source"])
         self.evaluator = _Evaluator(self.clauses, self.schema, self.source.arrow_schema)
+        self.progress: Tracker = NOT_TRACKED  # advanced as each target file is done
 
     def execute(self, spill_dir: str) -> None:
         every = [*self.files, *self.key_files]
@@ -167,6 +180,7 @@ class _Run:
             spill_dir,
         )
         self.outputs.start(spill_dir)
+        self.progress.advance(phase="match")  # staging and joining the keys: no target file done yet
         pairs: StagedParquet | None = None
         try:
             keys = stage_target_keys(
@@ -185,9 +199,13 @@ class _Run:
                 check_cardinality(pairs, every, self.limits, spill_dir)
             if self.clauses.matched or self.clauses.not_matched_by_source:
                 self._target_files(pairs, source, dead, spill_dir)
+            else:  # no clause changes a target row: every target file is done unread
+                size = sum(f.data_file.file_size_in_bytes for f in self.files)
+                self.progress.advance(files=len(self.files), bytes_done=size, phase="insert")
             if self.doc["inserts"] and self.clauses.not_matched:
                 for batch in unmatched_source_rows(pairs, source, self.limits, spill_dir):
                     self._insert(batch)
+                    self.progress.advance(rows=batch.num_rows, phase="insert")
             self.outputs.finish()
         finally:
             source.remove()
@@ -207,6 +225,7 @@ class _Run:
         for ordinal, scanned in enumerate(self.files):
             if ordinal in touched or self.clauses.not_matched_by_source:
                 self._target_file(ordinal, scanned, dead[ordinal], matched)
+            self.progress.advance(files=1, bytes_done=scanned.data_file.file_size_in_bytes, phase="rewrite")
 
     def _target_file(
         self, ordinal: int, scanned: ScannedFile, dead: npt.NDArray[np.int64], matched: MatchedRows
@@ -224,6 +243,7 @@ class _Run:
         live = 0
         for batch, positions in _live_rows(self.table, scanned, dead, self.limits):
             live += batch.num_rows
+            self.progress.advance(rows=batch.num_rows, phase="rewrite")
             rows, row_positions = matched.take(ordinal, int(positions[-1]) + 1)
             combined = _combine(batch, positions, rows, row_positions, self.evaluator.source_type)
             choice = self.evaluator.choose(combined)
