@@ -29,7 +29,7 @@ def wants_display(args: argparse.Namespace, out: IO[str]) -> bool:
     return bool(isatty and isatty())
 
 
-def _bar(out: IO[str]) -> Bar:
+def _bar(out: IO[str], redirect: bool) -> Bar:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -55,14 +55,21 @@ def _bar(out: IO[str]) -> Bar:
         TimeRemainingColumn(),
         console=Console(file=out),
         refresh_per_second=4,
+        redirect_stdout=redirect,
+        redirect_stderr=redirect,
     )
 
 
 class ProgressBar:
     """A progress listener drawing one bar per tracked operation, from its first event to its ``done``."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], *, redirect: bool = True, indent: str = "") -> None:
+        """:param redirect: print what others write to stdout and stderr above the bars (rich's default).
+        :param indent: put before each bar's name.
+        """
         self._out = out
+        self._redirect = redirect
+        self._indent = indent
         self._lock = threading.Lock()
         self._bar: Bar | None = None
         self._rows: dict[tuple[str, str], TaskID] = {}
@@ -73,12 +80,12 @@ class ProgressBar:
 
         with self._lock:
             if self._bar is None:
-                self._bar = _bar(self._out)
+                self._bar = _bar(self._out, self._redirect)
                 self._bar.start()
             key = (event.operation, event.label)
             total = event.bytes_total or event.files_total or None
             if key not in self._rows or event.phase == "start":
-                name = f"{event.operation} {event.label}".strip()
+                name = self._indent + f"{event.operation} {event.label}".strip()
                 self._rows[key] = self._bar.add_task(name, total=total, **_fields(event, byte_size))
             completed = event.bytes_done if event.bytes_total else event.files_done
             self._bar.update(self._rows[key], completed=completed, total=total, **_fields(event, byte_size))
