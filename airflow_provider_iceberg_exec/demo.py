@@ -216,7 +216,7 @@ def _airflow_output(log_path: str, out: Any, *, verbose: bool) -> Iterator[Any]:
     # The demo's own stream: a copy of the terminal's descriptor when it writes to stdout or stderr.
     screen = os.fdopen(os.dup(fd), "w", buffering=1) if fd in (1, 2) else out
     try:
-        with open(log_path, "a") as log:
+        with open(log_path, "w") as log:
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
             try:
@@ -242,7 +242,7 @@ def _watching(screen: Any) -> Iterator[None]:
 
     watcher = _task_watcher(screen)
     manager = get_listener_manager()
-    manager.add_listener(watcher)
+    manager.pm.register(watcher)
     try:
         with listening(_progress_listener(screen)):
             yield

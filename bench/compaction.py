@@ -390,7 +390,6 @@ def _worker_engine(table: Any, case: str, run_dir: str) -> dict[str, Any]:
         execute_rewrite_task,
         plan_compaction,
     )
-    from airflow_provider_iceberg_exec.engine.progress import listening
 
     limits = ResourceLimits(memory_limit_bytes=MEMORY_LIMIT, spill_dir=os.path.join(run_dir, "spill"))
     options = {"target-file-size-bytes": str(TARGET_FILE_SIZE)}
@@ -401,6 +400,8 @@ def _worker_engine(table: Any, case: str, run_dir: str) -> dict[str, Any]:
     plan = plan_compaction(table, options=options, strategy=strategy, sort_order=sort_order)
     t1 = time.monotonic()
     events: list[str] = []
+    if listener:  # imported only then, so that the case runs on code from before the hook too
+        from airflow_provider_iceberg_exec.engine.progress import listening
     # A listener at least as costly as the CLI's and the operators': every event formatted and kept.
     with listening(lambda event: events.append(event.describe())) if listener else contextlib.nullcontext():
         results = [execute_rewrite_task(table, task, limits) for task in plan["tasks"]]
