@@ -194,7 +194,7 @@ def add_commands(commands: Any) -> None:
     demo.add_argument(
         "--verbose", action="store_true", help="print Airflow's own log lines (default: to a file it names)"
     )
-    demo.set_defaults(run=_cmd_demo)
+    demo.set_defaults(run=_cmd_demo, progress=False)  # it shows the progress task by task itself
 
     resolve = commands.add_parser(
         "resolve-deletes",

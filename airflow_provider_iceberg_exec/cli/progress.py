@@ -22,7 +22,10 @@ __all__ = ["ProgressBar", "progress_display", "wants_display"]
 
 
 def wants_display(args: argparse.Namespace, out: IO[str]) -> bool:
-    """Whether this command shows a progress display on ``out``."""
+    """Whether this command shows a progress display on ``out`` (a command that shows its own, such as
+    ``demo``, sets ``progress=False``)."""
+    if not getattr(args, "progress", True):
+        return False
     if getattr(args, "json", False) or getattr(args, "quiet", False):
         return False
     isatty = getattr(out, "isatty", None)
