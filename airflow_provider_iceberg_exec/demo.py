@@ -12,13 +12,17 @@ import decimal
 import hashlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
+
+    from airflow_provider_iceberg_exec.engine.progress import Progress
 
 __all__ = ["demo_catalog_properties", "live_rows_checksum", "make_fragmented_table", "run_demo"]
 
@@ -129,8 +133,12 @@ def _compact_with_engine(table: Table, workdir: str, memory_limit: str) -> Mappi
     return compact(table, options=_DEMO_OPTIONS, limits=limits)
 
 
-def _compact_with_airflow(workdir: str, memory_limit: str, out: Any) -> Mapping[str, Any]:
-    """Run the on-demand example DAG with ``dag.test()`` on a SQLite Airflow metadata DB in ``workdir``."""
+def _compact_with_airflow(workdir: str, memory_limit: str, out: Any, *, verbose: bool) -> Mapping[str, Any]:
+    """Run the on-demand example DAG with ``dag.test()`` on a SQLite Airflow metadata DB in ``workdir``.
+
+    Airflow's own log lines go to a file (printed here first) unless ``verbose``; the demo shows the run
+    task by task instead, with the engine's progress.
+    """
     import importlib.util
     import json
     import subprocess
@@ -160,38 +168,148 @@ def _compact_with_airflow(workdir: str, memory_limit: str, out: Any) -> Mapping[
         done = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"airflow db migrate failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    spec = importlib.util.spec_from_file_location("iceberg_exec_demo_dag", dag_file)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {dag_file}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    run = module.dag.test(
-        run_conf={
-            "table": DEMO_TABLE,
-            "target_file_size_bytes": int(_DEMO_OPTIONS["target-file-size-bytes"]),
-            "min_input_files": int(_DEMO_OPTIONS["min-input-files"]),
-            "memory_limit": memory_limit,
-        }
-    )
+    log_path = os.path.join(home, "demo-run.log")
+    if not verbose:
+        print(f"Airflow's own log lines go to {log_path} (--verbose prints them here)", file=out, flush=True)
+    with _airflow_output(log_path, out, verbose=verbose) as screen:
+        spec = importlib.util.spec_from_file_location("iceberg_exec_demo_dag", dag_file)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"cannot load {dag_file}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        print(f"running the DAG {module.dag.dag_id} (dag.test()), task by task:", file=screen, flush=True)
+        with _watching(screen):
+            run = module.dag.test(
+                run_conf={
+                    "table": DEMO_TABLE,
+                    "target_file_size_bytes": int(_DEMO_OPTIONS["target-file-size-bytes"]),
+                    "min_input_files": int(_DEMO_OPTIONS["min-input-files"]),
+                    "memory_limit": memory_limit,
+                }
+            )
     instances = run.get_task_instances()
-    states = {f"{ti.task_id}[{ti.map_index}]": str(ti.state) for ti in instances}
     print(f"Airflow DAG run {run.dag_id} / {run.run_id}: {run.state}", file=out)
-    for name, state in sorted(states.items()):
-        print(f"  {name:32} {state}", file=out)
     if str(run.state) != "success":
+        for ti in sorted(instances, key=lambda ti: (ti.task_id, ti.map_index)):
+            print(f"  {ti.task_id}[{ti.map_index}]: {ti.state}", file=out)
+        print(f"Airflow's log lines: {log_path}", file=out)
         raise SystemExit(1)
     commit = next(ti for ti in instances if ti.task_id.endswith("commit"))
     result = commit.xcom_pull(task_ids=commit.task_id, dag_id=run.dag_id, run_id=run.run_id)
     return dict(result or {})
 
 
+@contextmanager
+def _airflow_output(log_path: str, out: Any, *, verbose: bool) -> Iterator[Any]:
+    """Send what Airflow prints (its structlog lines on stdout and stderr) to ``log_path``; yield the
+    stream the demo itself writes to, still the screen."""
+    if verbose:
+        yield out
+        return
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    # The demo's own stream: a copy of the terminal's descriptor when it writes to stdout or stderr.
+    screen = os.fdopen(os.dup(fd), "w", buffering=1) if fd in (1, 2) else out
+    try:
+        with open(log_path, "w") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                yield screen
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+    finally:
+        for descriptor in saved:
+            os.close(descriptor)
+        if screen is not out:
+            screen.close()
+
+
+@contextmanager
+def _watching(screen: Any) -> Iterator[None]:
+    """Show each task as it starts and ends, and the engine's progress while it runs."""
+    from airflow.sdk.listener import get_listener_manager
+
+    from airflow_provider_iceberg_exec.engine.progress import listening
+
+    watcher = _task_watcher(screen)
+    manager = get_listener_manager()
+    manager.pm.register(watcher)
+    try:
+        with listening(_progress_listener(screen)):
+            yield
+    finally:
+        manager.pm.unregister(watcher)
+
+
+def _progress_listener(screen: Any) -> Callable[[Progress], None]:
+    """A bar on a terminal; elsewhere one line with every figure when an operation is done."""
+    isatty = getattr(screen, "isatty", None)
+    if isatty is not None and isatty():
+        from airflow_provider_iceberg_exec.cli.progress import ProgressBar
+
+        return ProgressBar(screen, redirect=False, indent="    ")
+
+    def done_line(event: Progress) -> None:
+        if event.phase == "done":
+            print(f"    {event.describe()}", file=screen, flush=True)
+
+    return done_line
+
+
+def _task_watcher(screen: Any) -> Any:
+    """An Airflow listener printing each task instance of the demo's run as it starts and ends."""
+    from airflow.listeners import hookimpl
+
+    started: dict[str, float] = {}
+
+    def name_of(task_instance: Any) -> str:
+        index = getattr(task_instance, "map_index", -1)
+        suffix = f"[{index}]" if isinstance(index, int) and index >= 0 else ""
+        return f"{task_instance.task_id}{suffix}"
+
+    def end(task_instance: Any, state: str) -> None:
+        seconds = time.monotonic() - started.pop(name_of(task_instance), time.monotonic())
+        print(f"    {state} in {seconds:.1f} s", file=screen, flush=True)
+
+    class TaskWatcher:
+        @hookimpl
+        def on_task_instance_running(self, previous_state: Any, task_instance: Any) -> None:
+            started[name_of(task_instance)] = time.monotonic()
+            print(f"  > {name_of(task_instance)}", file=screen, flush=True)
+
+        @hookimpl
+        def on_task_instance_success(self, previous_state: Any, task_instance: Any) -> None:
+            end(task_instance, "success")
+
+        @hookimpl
+        def on_task_instance_failed(self, previous_state: Any, task_instance: Any, error: Any) -> None:
+            end(task_instance, "FAILED")
+
+    return TaskWatcher()
+
+
 def run_demo(
-    workdir: str, *, memory_limit: str = "256MiB", out: Any = None, through_airflow: bool = True
+    workdir: str,
+    *,
+    memory_limit: str = "256MiB",
+    out: Any = None,
+    through_airflow: bool = True,
+    verbose: bool = False,
 ) -> dict[str, Any]:
     """Build the fragmented demo table, compact it, and print the before/after report.
 
     :param through_airflow: run the on-demand example DAG with Airflow's ``dag.test()`` (the default),
         or call the engine directly.
+    :param verbose: print Airflow's own log lines too (by default they go to a file whose path is printed).
     """
     from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
 
@@ -204,9 +322,12 @@ def run_demo(
     table = make_fragmented_table(catalog, DEMO_TABLE, num_files=30, rows_per_file=2_000)
     before = _table_report(table)
     if through_airflow:
-        result = _compact_with_airflow(workdir, memory_limit, out)
+        result = _compact_with_airflow(workdir, memory_limit, out, verbose=verbose)
     else:
-        result = _compact_with_engine(table, workdir, memory_limit)
+        from airflow_provider_iceberg_exec.engine.progress import listening
+
+        with listening(_progress_listener(out)):
+            result = _compact_with_engine(table, workdir, memory_limit)
     after = _table_report(table)
     lines = [
         f"table {DEMO_TABLE} in {os.path.abspath(workdir)}",
@@ -231,8 +352,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", default="demo-warehouse", help="where the catalog and warehouse go")
     parser.add_argument("--memory-limit", default="256MiB")
     parser.add_argument("--engine-only", action="store_true", help="call the engine instead of Airflow")
+    parser.add_argument("--verbose", action="store_true", help="print Airflow's log lines too")
     args = parser.parse_args(argv)
-    run_demo(args.workdir, memory_limit=args.memory_limit, through_airflow=not args.engine_only)
+    run_demo(
+        args.workdir,
+        memory_limit=args.memory_limit,
+        through_airflow=not args.engine_only,
+        verbose=args.verbose,
+    )
     return 0
 
 

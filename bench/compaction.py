@@ -32,6 +32,7 @@ of ``bench/charts.py`` beside them. ``--scale 1,5,10`` runs the cases at several
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import glob
 import hashlib
@@ -55,9 +56,12 @@ MEMORY_LIMIT = 256 * MiB
 SORT_ORDER = "user_id ASC NULLS LAST, event_ts DESC NULLS LAST"
 #: Spark's z-order over the same two columns (issue target: <= 1.2x our sort)
 ZORDER = "zorder(user_id, event_ts)"
-CASES = ("binpack", "sort", "zorder", "pyiceberg", "floor", "datafusion")
-ICEBERG_CASES = ("binpack", "sort", "zorder", "pyiceberg")
-OUR_CASES = ("binpack", "sort", "zorder")
+#: what runs when ``--cases`` is not given
+DEFAULT_CASES = ("binpack", "sort", "zorder", "pyiceberg", "floor", "datafusion")
+#: ``binpack+progress``: binpack with a progress listener attached (the engine's progress hook's cost)
+CASES = (*DEFAULT_CASES[:1], "binpack+progress", *DEFAULT_CASES[1:])
+ICEBERG_CASES = ("binpack", "binpack+progress", "sort", "zorder", "pyiceberg")
+OUR_CASES = ("binpack", "binpack+progress", "sort", "zorder")
 TARGETS = {"peak_rss_mib": 600}
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -389,12 +393,18 @@ def _worker_engine(table: Any, case: str, run_dir: str) -> dict[str, Any]:
 
     limits = ResourceLimits(memory_limit_bytes=MEMORY_LIMIT, spill_dir=os.path.join(run_dir, "spill"))
     options = {"target-file-size-bytes": str(TARGET_FILE_SIZE)}
+    base, _, listener = case.partition("+")
     t0 = time.monotonic()
-    strategy = "binpack" if case == "binpack" else "sort"
-    sort_order = {"sort": SORT_ORDER, "zorder": ZORDER}.get(case)
+    strategy = "binpack" if base == "binpack" else "sort"
+    sort_order = {"sort": SORT_ORDER, "zorder": ZORDER}.get(base)
     plan = plan_compaction(table, options=options, strategy=strategy, sort_order=sort_order)
     t1 = time.monotonic()
-    results = [execute_rewrite_task(table, task, limits) for task in plan["tasks"]]
+    events: list[str] = []
+    if listener:  # imported only then, so that the case runs on code from before the hook too
+        from airflow_provider_iceberg_exec.engine.progress import listening
+    # A listener at least as costly as the CLI's and the operators': every event formatted and kept.
+    with listening(lambda event: events.append(event.describe())) if listener else contextlib.nullcontext():
+        results = [execute_rewrite_task(table, task, limits) for task in plan["tasks"]]
     t2 = time.monotonic()
     outcome = commit_compaction(table, results, commit_id=uuid.uuid4().hex)
     t3 = time.monotonic()
@@ -407,6 +417,7 @@ def _worker_engine(table: Any, case: str, run_dir: str) -> dict[str, Any]:
         "engine_peak_rss_bytes": outcome["peak_rss_bytes"],
         "spilled_bytes": outcome["spilled_bytes"],
         "group_seconds": [r["elapsed_seconds"] for r in results],
+        "progress_events": len(events),
     }
 
 
@@ -769,6 +780,7 @@ def render(report: dict[str, Any]) -> str:
     floor = results.get("floor", {})
     labels = {
         "binpack": "iceberg-exec binpack (256 MiB limit)",
+        "binpack+progress": "iceberg-exec binpack, progress listener attached",
         "sort": "iceberg-exec sort (256 MiB limit)",
         "zorder": "iceberg-exec zorder(user_id, event_ts) (256 MiB limit)",
         "pyiceberg": "PyIceberg scan().to_arrow() + overwrite",
@@ -817,6 +829,13 @@ def _loads(result: dict[str, Any]) -> str:
 def _targets(report: dict[str, Any]) -> list[str]:
     results = {r["case"]: r for r in report["results"]}
     verdicts = []
+    if "binpack" in results and "binpack+progress" in results:
+        quiet, heard = results["binpack"]["seconds"], results["binpack+progress"]["seconds"]
+        events = results["binpack+progress"].get("progress_events", 0)
+        verdicts.append(
+            f"progress listener attached: {heard:.1f} s vs {quiet:.1f} s without ({heard / quiet:.2f}x, "
+            f"{events} events)"
+        )
     for case in OUR_CASES:
         if case in results:
             rss = results[case]["peak_rss_bytes"] / MiB
@@ -888,7 +907,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         },
         "results": [],
     }
-    cases = [c.strip() for c in (args.cases or ",".join(CASES)).split(",") if c.strip()]
+    cases = [c.strip() for c in (args.cases or ",".join(DEFAULT_CASES)).split(",") if c.strip()]
     for case in cases:
         if case not in CASES:
             raise SystemExit(f"unknown case {case!r}; choose from {', '.join(CASES)}")

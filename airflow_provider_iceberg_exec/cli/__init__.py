@@ -40,6 +40,7 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     """Run ``iceberg-exec``; returns the exit code."""
     import logging
 
+    from airflow_provider_iceberg_exec.cli.progress import progress_display
     from airflow_provider_iceberg_exec.engine.errors import (
         CatalogUnavailableError,
         ConfigurationError,
@@ -49,8 +50,10 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    out = out or sys.stdout
     try:
-        args.run(args, out or sys.stdout)
+        with progress_display(args, out):
+            args.run(args, out)
     except (ConfigurationError, DataFileCodecError, CatalogUnavailableError) as err:
         # Nothing was changed: the input, the configuration or the catalog's reachability needs fixing.
         print(f"iceberg-exec: error: {_one_line(err)}", file=sys.stderr)

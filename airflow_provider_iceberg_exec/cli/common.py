@@ -20,11 +20,14 @@ __all__ = [
 
 
 def add_limits(p: argparse.ArgumentParser) -> None:
-    """The ``--memory-limit`` and ``--spill-dir`` arguments of a bounded command."""
+    """The ``--memory-limit``, ``--spill-dir`` and ``--quiet`` arguments of a bounded (long) command."""
     p.add_argument(
         "--memory-limit", default="256MiB", help="memory limit, e.g. 256MiB (default: %(default)s)"
     )
     p.add_argument("--spill-dir", help="directory for spill and staging files (default: the temp dir)")
+    p.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress display (there is none off a terminal)"
+    )
 
 
 def catalog_named(name: str) -> Any:

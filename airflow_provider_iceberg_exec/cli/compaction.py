@@ -128,7 +128,13 @@ def _cmd_commit(args: argparse.Namespace, out: IO[str]) -> None:
 def _cmd_demo(args: argparse.Namespace, out: IO[str]) -> None:
     from airflow_provider_iceberg_exec.demo import run_demo
 
-    run_demo(args.workdir, memory_limit=args.memory_limit, out=out, through_airflow=not args.engine_only)
+    run_demo(
+        args.workdir,
+        memory_limit=args.memory_limit,
+        out=out,
+        through_airflow=not args.engine_only,
+        verbose=args.verbose,
+    )
 
 
 def add_commands(commands: Any) -> None:
@@ -185,7 +191,10 @@ def add_commands(commands: Any) -> None:
     demo.add_argument("--workdir", default="demo-warehouse")
     demo.add_argument("--memory-limit", default="256MiB")
     demo.add_argument("--engine-only", action="store_true", help="call the engine instead of running the DAG")
-    demo.set_defaults(run=_cmd_demo)
+    demo.add_argument(
+        "--verbose", action="store_true", help="print Airflow's own log lines (default: to a file it names)"
+    )
+    demo.set_defaults(run=_cmd_demo, progress=False)  # it shows the progress task by task itself
 
     resolve = commands.add_parser(
         "resolve-deletes",

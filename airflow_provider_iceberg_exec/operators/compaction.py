@@ -47,6 +47,7 @@ from airflow_provider_iceberg_exec.operators._common import (
     payload_name,
     with_asset_alias,
 )
+from airflow_provider_iceberg_exec.operators._progress import logged_progress
 from airflow_provider_iceberg_exec.operators.commit import emit_table_asset, log_commit_result
 from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
@@ -222,7 +223,8 @@ class BoundedRewriteOperator(OpenLineageMixin, BaseOperator):
             table = self.hook.load_table(table_name)
             spec = resolve_payload(table.io, self.task_spec)
             self.log_start(table_name, spec, limits)
-            result = self.run_task(table, spec, limits)
+            with logged_progress(self.log):
+                result = self.run_task(table, spec, limits)
             self.log_result(result)
             out = self._offload(context, table, result)
         if is_payload_ref(self.task_spec):
@@ -395,7 +397,8 @@ class CompactionOperator(OpenLineageMixin, BaseOperator):
                 limits.memory_limit_bytes,
                 commit_id,
             )
-            result = self._run(table, limits, commit_id)
+            with logged_progress(self.log):
+                result = self._run(table, limits, commit_id)
         log_commit_result(self, result)
         emit_table_asset(self, context, catalog=self.hook.catalog_name, table=self.table, result=result)
         return result

@@ -37,6 +37,7 @@ from airflow_provider_iceberg_exec.operators._common import (
     optional_text,
     with_asset_alias,
 )
+from airflow_provider_iceberg_exec.operators._progress import logged_progress
 from airflow_provider_iceberg_exec.operators.commit import emit_table_asset, log_commit_result
 from airflow_provider_iceberg_exec.operators.compaction import (
     BoundedRewriteOperator,
@@ -245,7 +246,8 @@ class MergeOperator(_MergeSpecOperator):
                 limits.memory_limit_bytes,
                 commit_id,
             )
-            result = self._run(table, limits, commit_id)
+            with logged_progress(self.log):
+                result = self._run(table, limits, commit_id)
         log_commit_result(self, result)
         self.log.info(
             "Rows updated %s, deleted %s, inserted %s (%s)",

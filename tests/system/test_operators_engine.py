@@ -115,3 +115,23 @@ def test_single_task_compaction_with_the_real_engine(demo_table):
         _context("compact")
     )
     assert retry["snapshot_ids"] == [] or retry["already_committed"]
+
+
+def test_a_rewrite_task_logs_its_progress_from_start_to_done(demo_table, capfd):
+    """The task log of a rewrite (Airflow's task logger) shows the engine's progress, start to done."""
+    spec = _through_xcom(
+        CompactionPlanOperator(task_id="plan", table=TABLE, options=OPTIONS).execute(_context("plan"))
+    )[0]
+    files = len(spec["data_files"])
+    capfd.readouterr()
+    CompactionRewriteOperator(task_id="rewrite", task_spec=spec, memory_limit="64MiB").execute(
+        _context("rewrite", 0)
+    )
+    logged = capfd.readouterr()
+    lines = [line for line in (logged.out + logged.err).splitlines() if "progress: compaction" in line]
+    assert f"progress: compaction {spec['group_id']}: 0/{files} files" in lines[0]
+    assert f"{files}/{files} files" in lines[-1]
+    assert "(100%)" in lines[-1]
+    assert " rows, spilled " in lines[-1]
+    assert "RSS " in lines[-1]
+    assert all("CompactionRewriteOperator" in line for line in lines)  # the task's own logger

@@ -214,6 +214,14 @@ def test_on_demand_dag_triggered_with_conf_compacts_the_table(stack, table):
     assert {p for t, _, _, p in tasks if t == "compaction.rewrite"} == {"iceberg_exec"}
     assert len(list(table.refresh().scan().plan_files())) < before_files
     assert live_checksum(table) == before_rows
+    # The rewrite's own task log (what the UI shows) carries the engine's progress, start to done.
+    task_logs = Path(stack.env["AIRFLOW_HOME"], "logs").glob(
+        f"dag_id={ON_DEMAND}/run_id=system_test/task_id=compaction.rewrite/**/*.log"
+    )
+    text = "".join(p.read_text() for p in task_logs)
+    assert "progress: compaction " in text
+    assert f"{before_files}/{before_files} files" in text
+    assert "(100%)" in text
 
 
 def test_backfill_over_a_date_range_runs_every_interval_in_the_pool(stack, table):

@@ -21,6 +21,7 @@ from airflow_provider_iceberg_exec.engine.deletes.matches import equality_matche
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
 from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
+from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,6 +55,7 @@ def iter_live_group_batches(
     limits: ResourceLimits,
     spill_dir: str,
     stats: DeleteStats,
+    progress: Tracker = NOT_TRACKED,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the live rows of ``files`` in the table schema, in file order: every applying delete applied.
 
@@ -64,6 +66,7 @@ def iter_live_group_batches(
 
     :param files: the data files with the delete files that apply to each (from the scan or the task).
     :param stats: filled in while the stream is consumed.
+    :param progress: advanced by each data file once it is read (on the thread that reads).
     :raises DataFileReadError: when a data or delete file is missing or malformed.
     :raises ConfigurationError: for an equality delete on a field found in no schema, or a nested field.
     """
@@ -95,6 +98,7 @@ def iter_live_group_batches(
             batch_size=read_batch_rows(data_file, limits.batch_size),
         )
         yield from _drop_positions(batches, deleted_positions(io, scanned), matches.of(ordinal), stats)
+        progress.advance(files=1, bytes_done=data_file.file_size_in_bytes)
 
 
 class _Matches:

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from airflow_provider_iceberg_exec.engine import progress
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
@@ -107,6 +108,8 @@ class ExecutionStats:
     peak_rss_bytes: int = 0
     spilled_bytes: int = 0
     elapsed_seconds: float = 0.0
+    #: the RSS at the last sample, for progress reports
+    rss_bytes: int = 0
 
 
 def _dir_size(path: str) -> int:
@@ -135,7 +138,7 @@ def track_resources(
     """Give an execution its own spill directory and measure RSS and spill while it runs.
 
     Yields ``(spill_dir, stats)``; ``stats`` is filled in when the block exits, and the spill directory is
-    removed.
+    removed. The tracked operation running now (:func:`.progress.current`) reports these samples.
     """
     import shutil
 
@@ -148,12 +151,14 @@ def track_resources(
 
     def sample() -> None:
         while not stop.is_set():
-            stats.peak_rss_bytes = max(stats.peak_rss_bytes, _rss_bytes())
+            stats.rss_bytes = _rss_bytes()
+            stats.peak_rss_bytes = max(stats.peak_rss_bytes, stats.rss_bytes)
             stats.spilled_bytes = max(stats.spilled_bytes, _dir_size(directory))
             stop.wait(interval_seconds)
 
     sampler = threading.Thread(target=sample, name="iceberg-exec-resources", daemon=True)
     sampler.start()
+    progress.current().watch(stats)  # the operation's progress reports this execution's RSS and spill
     try:
         yield directory, stats
     finally:

@@ -29,6 +29,7 @@ from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, Rol
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to_json
 from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_from_json
 from airflow_provider_iceberg_exec.engine.ops.compaction.common import strategy_of
+from airflow_provider_iceberg_exec.engine.progress import Tracker, track
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -63,19 +64,29 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
     group_id = str(task["group_id"])
     expected_rows = sum(f.data_file.record_count for f in inputs)
     deletes = DeleteStats()
-    with track_resources(limits) as (spill_dir, stats):
+    rewritten_bytes = sum(f.data_file.file_size_in_bytes for f in inputs)
+    with (
+        track("compaction", files_total=len(inputs), bytes_total=rewritten_bytes, label=group_id) as progress,
+        track_resources(limits) as (spill_dir, stats),
+    ):
         writer = _writer(table, layout, limits, group_id)
         # Every delete file that applies is applied: the rewrite keeps exactly the live rows. They are
         # read on a second thread while this one writes (decoding and encoding both release the GIL).
         live = read_ahead(
             iter_live_group_batches(
-                table.io, metadata, inputs, limits=limits, spill_dir=spill_dir, stats=deletes
+                table.io,
+                metadata,
+                inputs,
+                limits=limits,
+                spill_dir=spill_dir,
+                stats=deletes,
+                progress=progress,
             ),
             depth=READ_AHEAD_BATCHES,
             max_bytes=READ_AHEAD_BYTES,
         )
         try:
-            added = _write_rows(live, writer, layout, schema, limits, spill_dir)
+            added = _write_rows(live, writer, layout, schema, limits, spill_dir, progress)
             _check_rows_conserved(group_id, expected_rows, deletes, writer.rows_written)
         except BaseException as err:
             live.close()
@@ -86,7 +97,6 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
             raise mapped from err
         finally:
             live.close()
-    rewritten_bytes = sum(f.data_file.file_size_in_bytes for f in inputs)
     added_bytes = sum(f.file_size_in_bytes for f in added)
     log.info(
         "group %s: %d file(s), %d bytes -> %d file(s), %d bytes, %d rows; peak RSS %d MiB, spilled %d MiB",
@@ -200,6 +210,7 @@ def _write_rows(
     schema: Schema,
     limits: ResourceLimits,
     spill_dir: str,
+    progress: Tracker,
 ) -> list[DataFile]:
     """Sort the live rows when the layout needs it, split them by output partition, write, close."""
     batches = live
@@ -209,6 +220,7 @@ def _write_rows(
     for batch in batches:
         for partition_key, run in splitter.split(batch):
             writer.write(partition_key, run)
+        progress.advance(rows=batch.num_rows)
     return writer.close()
 
 

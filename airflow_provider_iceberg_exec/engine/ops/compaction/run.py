@@ -9,11 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, uris_of
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits
-from airflow_provider_iceberg_exec.engine.contracts import CompactionResult, PlanSummary, RewriteResult
+from airflow_provider_iceberg_exec.engine.contracts import (
+    CompactionPlan,
+    CompactionResult,
+    PlanSummary,
+    RewriteResult,
+)
 from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError, IcebergExecError
 from airflow_provider_iceberg_exec.engine.ops.compaction.commit import commit_compaction, landed_result
 from airflow_provider_iceberg_exec.engine.ops.compaction.plan import plan_compaction
 from airflow_provider_iceberg_exec.engine.ops.compaction.rewrite import execute_rewrite_task
+from airflow_provider_iceberg_exec.engine.progress import track
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -69,23 +75,11 @@ def compact(
     )
     resolved = CompactionOptions.from_options(plan["options"])
     results: list[RewriteResult] = []
-    failed_files = 0
+    inputs = [entry["data-file"] for task in plan["tasks"] for entry in task["data_files"]]
+    input_bytes = sum(int(f["file-size-in-bytes"]) for f in inputs)
     try:
-        for number, task in enumerate(plan["tasks"], start=1):
-            log.info(
-                "rewriting group %d of %d (%s, %d files)",
-                number,
-                len(plan["tasks"]),
-                task["group_id"],
-                len(task["data_files"]),
-            )
-            try:
-                results.append(execute_rewrite_task(table, task, limits))
-            except IcebergExecError:
-                if not resolved.partial_progress_enabled:
-                    raise
-                failed_files += len(task["data_files"])
-                log.exception("group %s failed; continuing under partial progress", task["group_id"])
+        with track("compaction", files_total=len(inputs), bytes_total=input_bytes):
+            failed_files = _rewrite_groups(table, plan, limits, resolved, results)
         outcome = commit_compaction(
             table, results, commit_id=commit_id or uuid.uuid4().hex, failed_data_files_count=failed_files
         )
@@ -100,3 +94,30 @@ def compact(
         base_snapshot_id=plan["base_snapshot_id"], groups=len(plan["tasks"]), skipped=len(plan["skipped"])
     )
     return outcome
+
+
+def _rewrite_groups(
+    table: Table,
+    plan: CompactionPlan,
+    limits: ResourceLimits,
+    resolved: CompactionOptions,
+    results: list[RewriteResult],
+) -> int:
+    """Rewrite the plan's groups one after another into ``results``; return the files of failed groups."""
+    failed_files = 0
+    for number, task in enumerate(plan["tasks"], start=1):
+        log.info(
+            "rewriting group %d of %d (%s, %d files)",
+            number,
+            len(plan["tasks"]),
+            task["group_id"],
+            len(task["data_files"]),
+        )
+        try:
+            results.append(execute_rewrite_task(table, task, limits))
+        except IcebergExecError:
+            if not resolved.partial_progress_enabled:
+                raise
+            failed_files += len(task["data_files"])
+            log.exception("group %s failed; continuing under partial progress", task["group_id"])
+    return failed_files

@@ -26,6 +26,7 @@ from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile, is_file_scoped
 from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_from_json
 from airflow_provider_iceberg_exec.engine.ops.convert.plan import ConvertOptions
+from airflow_provider_iceberg_exec.engine.progress import track
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,7 +70,13 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
     first = files[0].data_file
     stats = MatchStats()
     merged: set[str] = set()
-    with track_resources(limits) as (spill_dir, resources):
+    size = sum(f.data_file.file_size_in_bytes for f in files)
+    with (
+        track(
+            "equality-to-position", files_total=len(files), bytes_total=size, label=str(task["task_id"])
+        ) as progress,
+        track_resources(limits) as (spill_dir, resources),
+    ):
         writer = PositionDeleteWriter(
             io=table.io,
             location_provider=table.location_provider(),
@@ -92,6 +99,7 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
                 spill_dir=spill_dir,
                 stats=stats,
             )
+            done_files = done_bytes = 0
             for scanned, positions in _per_file(files, matches):
                 for delete in merged_position_deletes(scanned):
                     old = read_position_deletes(table.io, delete.data_file, scanned.data_file.file_path)
@@ -100,6 +108,12 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
                         positions = np.union1d(positions, old)
                         merged.add(delete.data_file.file_path)
                 writer.write(_rows(scanned.data_file.file_path, positions))
+                done_files, done_bytes = done_files + 1, done_bytes + scanned.data_file.file_size_in_bytes
+                progress.advance(
+                    files=1, bytes_done=scanned.data_file.file_size_in_bytes, rows=len(positions)
+                )
+            # The data files no equality delete matched are done too (the join read them).
+            progress.advance(files=len(files) - done_files, bytes_done=size - done_bytes)
             added = writer.close()
         except BaseException as err:
             writer.abort()

@@ -15,7 +15,8 @@ from airflow_provider_iceberg_exec.engine.contracts import CowResult, CowRewrite
 from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError
 from airflow_provider_iceberg_exec.engine.ops.cow.commit import commit_cow_rewrite
 from airflow_provider_iceberg_exec.engine.ops.cow.plan import plan_cow_rewrite
-from airflow_provider_iceberg_exec.engine.ops.cow.task import execute_cow_task
+from airflow_provider_iceberg_exec.engine.ops.cow.task import execute_cow_task, task_totals
+from airflow_provider_iceberg_exec.engine.progress import track
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -70,10 +71,13 @@ def cow_rewrite(
         isolation_level=isolation_level,
     )
     results: list[CowResult] = []
+    totals = [task_totals(task) for task in plan["tasks"]]
+    files, size = sum(t[0] for t in totals), sum(t[1] for t in totals)
     try:
-        for number, task in enumerate(plan["tasks"], start=1):
-            log.info("running %s task %d of %d", plan["operation"], number, len(plan["tasks"]))
-            results.append(execute_cow_task(table, task, limits))
+        with track(plan["operation"], files_total=files, bytes_total=size):
+            for number, task in enumerate(plan["tasks"], start=1):
+                log.info("running %s task %d of %d", plan["operation"], number, len(plan["tasks"]))
+                results.append(execute_cow_task(table, task, limits))
         outcome = commit_cow_rewrite(table, results, commit_id=commit_id or uuid.uuid4().hex)
     except CommitStateUnknownError:
         raise  # the files may be live now: never delete them

@@ -48,6 +48,7 @@ from airflow_provider_iceberg_exec.engine.ops.cow.read import (
     live_batches,
 )
 from airflow_provider_iceberg_exec.engine.ops.cow.update import Updater, parse_assignments
+from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker, track
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -138,7 +139,12 @@ def execute_cow_task(table: Table, task: Mapping[str, Any], limits: ResourceLimi
         for s in doc.get("source_files") or []
     ]
     run = _Run(table, doc, kind, limits)
-    with track_resources(limits) as (spill_dir, stats):
+    files, size = task_totals(doc)
+    with (
+        track(kind, files_total=files, bytes_total=size, label=f"task {run.task_id}") as progress,
+        track_resources(limits) as (spill_dir, stats),
+    ):
+        run.progress = progress
         try:
             run.execute(entries, sources, spill_dir)
         except BaseException as err:
@@ -152,6 +158,13 @@ def execute_cow_task(table: Table, task: Mapping[str, Any], limits: ResourceLimi
     return _result(
         doc, run.counts, added, [data_file_to_json(f, output_spec, run.schema) for f in added], stats
     )
+
+
+def task_totals(task: Mapping[str, Any]) -> tuple[int, int]:
+    """The files and bytes a (checked) task reads: its data files and its files to load."""
+    sizes = [int(e["data-file"]["file-size-in-bytes"]) for e in task.get("data_files") or []]
+    sizes += [int(s["size-in-bytes"]) for s in task.get("source_files") or []]
+    return len(sizes), sum(sizes)
 
 
 def _check_task(table: Table, doc: Mapping[str, Any]) -> tuple[str, PartitionSpec]:
@@ -271,6 +284,7 @@ class _Run:
         self.added: list[DataFile] = []
         self._updater: Updater | None = None
         self.spill_dir = ""  # set by execute
+        self.progress: Tracker = NOT_TRACKED  # advanced as each data file and file to load is done
         self.set_ids = {a.field_id for a in self.assignments}
         self.moves_partitions = bool(self.set_ids & {f.source_id for f in self.output_spec.fields})
 
@@ -312,10 +326,13 @@ class _Run:
             scanned = scanned_from_json(entry, self.specs, self.schema)
             if entry.get("all-rows-match"):
                 self.counts.merge(self._drop_unread(entry, scanned.data_file))
+                self._done(scanned.data_file.file_size_in_bytes)
             elif self._needs_order(scanned.data_file):
                 rewrite = self._triage(entry, scanned, ordered)
-                if rewrite is not None:
-                    to_order.append(rewrite)
+                if rewrite is None:
+                    self._done(scanned.data_file.file_size_in_bytes)
+                else:
+                    to_order.append(self._done_after(rewrite, scanned.data_file.file_size_in_bytes))
             else:
                 in_place.append((entry, scanned))
         return in_place, to_order
@@ -367,7 +384,22 @@ class _Run:
             ) as batches:
                 added = self._write(batches, sort_order_id=self._kept_sort_order(scanned))
             outcome.added.extend(added)
+        self._done(scanned.data_file.file_size_in_bytes)
         return outcome
+
+    def _done(self, size_bytes: int) -> None:
+        self.progress.advance(files=1, bytes_done=size_bytes)
+
+    def _done_after(
+        self, rows: Callable[[], Iterator[pa.RecordBatch]], size_bytes: int
+    ) -> Callable[[], Iterator[pa.RecordBatch]]:
+        """``rows``, reporting the file done once its rows are streamed out."""
+
+        def stream() -> Iterator[pa.RecordBatch]:
+            yield from rows()
+            self._done(size_bytes)
+
+        return stream
 
     def _triage(
         self, entry: Mapping[str, Any], scanned: ScannedFile, outcome: _Counts
@@ -497,6 +529,7 @@ class _Run:
                 )
             self.counts.inserted_rows += batch.num_rows
             yield batch
+        self._done(source.size_bytes)
 
     # -- writing ---------------------------------------------------------------------------------------
 
@@ -517,4 +550,5 @@ class _Run:
         for batch in batches:
             for partition_key, run in splitter.split(batch):
                 writer.write(partition_key, run)
+            self.progress.advance(rows=batch.num_rows)
         return writer.close()

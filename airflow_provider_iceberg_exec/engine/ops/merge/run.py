@@ -15,7 +15,8 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError
 from airflow_provider_iceberg_exec.engine.ops.merge.commit import commit_merge, landed_merge_result
 from airflow_provider_iceberg_exec.engine.ops.merge.plan import DEFAULT_TASK_SIZE_BYTES, plan_merge
-from airflow_provider_iceberg_exec.engine.ops.merge.task import execute_merge_task
+from airflow_provider_iceberg_exec.engine.ops.merge.task import execute_merge_task, task_totals
+from airflow_provider_iceberg_exec.engine.progress import track
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -83,10 +84,12 @@ def merge(
         task_size_bytes=task_size_bytes,
     )
     results: list[dict[str, Any]] = []
+    totals = [task_totals(task) for task in plan["tasks"]]
     try:
-        for number, task in enumerate(plan["tasks"], start=1):
-            log.info("running merge task %d of %d", number, len(plan["tasks"]))
-            results.append(execute_merge_task(table, task, limits))
+        with track("merge", files_total=sum(t[0] for t in totals), bytes_total=sum(t[1] for t in totals)):
+            for number, task in enumerate(plan["tasks"], start=1):
+                log.info("running merge task %d of %d", number, len(plan["tasks"]))
+                results.append(execute_merge_task(table, task, limits))
         outcome = commit_merge(table, results, commit_id=commit_id or uuid.uuid4().hex)
     except CommitStateUnknownError:
         raise  # the files may be live now: never delete them

@@ -43,6 +43,7 @@ from airflow_provider_iceberg_exec.engine.ops.merge.matching import (
 )
 from airflow_provider_iceberg_exec.engine.ops.merge.outputs import Outputs
 from airflow_provider_iceberg_exec.engine.ops.merge.source import MergeSource
+from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker, track
 
 if TYPE_CHECKING:
     import numpy as np
@@ -115,7 +116,12 @@ def execute_merge_task(table: Table, task: Mapping[str, Any], limits: ResourceLi
     if int(doc["schema_id"]) != metadata.schema().schema_id:
         raise ConfigurationError(f"the schema of {doc['table']} changed since planning; plan again")
     run = _Run(table, doc, limits)
-    with track_resources(limits) as (spill_dir, stats):
+    files, size = task_totals(doc)
+    with (
+        track("merge", files_total=files, bytes_total=size, label=f"task {doc['task_id']}") as progress,
+        track_resources(limits) as (spill_dir, stats),
+    ):
+        run.progress = progress
         try:
             run.execute(spill_dir)
         except BaseException as err:
@@ -125,6 +131,12 @@ def execute_merge_task(table: Table, task: Mapping[str, Any], limits: ResourceLi
                 raise
             raise mapped from err
     return run.result(stats)
+
+
+def task_totals(task: Mapping[str, Any]) -> tuple[int, int]:
+    """The target files of a (checked) task and their bytes: what its progress counts."""
+    sizes = [int(e["data-file"]["file-size-in-bytes"]) for e in task.get("data_files") or []]
+    return len(sizes), sum(sizes)
 
 
 class _Run:
@@ -150,6 +162,7 @@ class _Run:
         self.source = MergeSource.from_json(table, doc["source"])
         self.evaluator = Evaluator(self.clauses, self.schema, self.source.arrow_schema)
         self.reads_target = self.copy_on_write or self.clauses.reads_target_values
+        self.progress: Tracker = NOT_TRACKED  # advanced as each target file is done
 
     def execute(self, spill_dir: str) -> None:
         every = [*self.files, *self.key_files]
@@ -163,6 +176,7 @@ class _Run:
             spill_dir,
         )
         self.outputs.start(spill_dir)
+        self.progress.advance(phase="match")  # staging and joining the keys: no target file done yet
         pairs: StagedParquet | None = None
         try:
             keys = stage_target_keys(
@@ -181,9 +195,13 @@ class _Run:
                 check_cardinality(pairs, every, self.limits, spill_dir)
             if self.clauses.matched or self.clauses.not_matched_by_source:
                 self._target_files(pairs, source, dead, spill_dir)
+            else:  # no clause changes a target row: every target file is done unread
+                size = sum(f.data_file.file_size_in_bytes for f in self.files)
+                self.progress.advance(files=len(self.files), bytes_done=size, phase="insert")
             if self.doc["inserts"] and self.clauses.not_matched:
                 for batch in unmatched_source_rows(pairs, source, self.limits, spill_dir):
                     self._insert(batch)
+                    self.progress.advance(rows=batch.num_rows, phase="insert")
             self.outputs.finish()
         finally:
             source.remove()
@@ -209,6 +227,10 @@ class _Run:
             for ordinal, scanned in enumerate(self.files)
             if ordinal in touched or self.clauses.not_matched_by_source
         ]
+        untouched = [scanned for ordinal, scanned in enumerate(self.files) if ordinal not in touched]
+        if untouched and not self.clauses.not_matched_by_source:
+            skipped = sum(scanned.data_file.file_size_in_bytes for scanned in untouched)
+            self.progress.advance(files=len(untouched), bytes_done=skipped, phase="rewrite")
         workers = min(self.limits.file_workers, len(todo)) if self.reads_target else 1
         if workers <= 1:
             for ordinal, scanned in todo:
@@ -230,6 +252,8 @@ class _Run:
 
     def _finish(self, ordinal: int, counts: Counts | None) -> None:
         """Count a changed file (on the task's thread); an unchanged one (``None``) stays untouched."""
+        size = self.files[ordinal].data_file.file_size_in_bytes
+        self.progress.advance(files=1, bytes_done=size, phase="rewrite")
         if counts is None:
             return
         self._add(counts)
@@ -254,6 +278,7 @@ class _Run:
         live = 0
         for batch, positions, combined in self._combined(ordinal, scanned, dead, matched):
             live += batch.num_rows
+            self.progress.advance(rows=batch.num_rows, phase="rewrite")
             choice = self.evaluator.choose(combined)
             counts.matched += int(np.count_nonzero(combined.column(KIND).to_numpy() == MATCHED))
             changes = self.evaluator.changes(choice)

@@ -28,6 +28,7 @@ from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete
 from airflow_provider_iceberg_exec.engine.ops.planning import write_max_file_size
 from airflow_provider_iceberg_exec.engine.ops.position_deletes.plan import check_format_version
+from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker, track
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -74,14 +75,20 @@ def execute_position_delete_task(
     live = {str(e["file-path"]): int(e["data-sequence-number"]) for e in task["live_data_files"]}
     group_id = str(task["group_id"])
     counts = _Counts()
-    with track_resources(limits) as (spill_dir, stats):
+    size = sum(d.data_file.file_size_in_bytes for d in inputs)
+    with (
+        track(
+            "position-delete rewrite", files_total=len(inputs), bytes_total=size, label=group_id
+        ) as progress,
+        track_resources(limits) as (spill_dir, stats),
+    ):
         import pyarrow as pa
         from pyiceberg.table.locations import load_location_provider
 
         try:
             paths = pa.array(sorted(live), pa.string())
             stage = StagedParquet(os.path.join(spill_dir, "positions"))
-            for batch in _live_positions(table, inputs, live, paths, limits, counts):
+            for batch in _live_positions(table, inputs, live, paths, limits, counts, progress):
                 stage.write(batch)
             stage.close()
             ordered = _with_paths(sorted_positions(stage, limits, spill_dir), paths, stage.rows, counts)
@@ -129,6 +136,7 @@ def _live_positions(
     paths: pa.Array,
     limits: ResourceLimits,
     counts: _Counts,
+    progress: Tracker = NOT_TRACKED,
 ) -> Iterator[pa.RecordBatch]:
     """Every position of the inputs that deletes a row of a live data file it applied to, as ``(ord,
     pos)``: ``ord`` the data file's index in ``paths`` (the live data files, sorted).
@@ -162,6 +170,7 @@ def _live_positions(
                 yield pa.record_batch({ORD: ords, POS: kept.column(1)})
         counts.read += read
         counts.per_file[delete_file.file_path] = read
+        progress.advance(files=1, bytes_done=delete_file.file_size_in_bytes, rows=read)
 
 
 def _with_paths(
