@@ -96,6 +96,24 @@ def test_values_are_javas(rows: list[tuple[Any, ...]], length: int, max_size: in
     assert _ours(rows, kinds, length, max_size) == _reference(rows, kinds, length, max_size)
 
 
+_VALUES = {"long": _longs, "double": _doubles, "string": _strings}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    kinds=st.lists(st.sampled_from(sorted(_VALUES)), min_size=1, max_size=10),
+    length=st.sampled_from([8, 8, 3]),
+    max_size=st.integers(1, 90),
+)
+def test_values_are_javas_for_any_column_count(
+    data: st.DataObject, kinds: list[str], length: int, max_size: int
+) -> None:
+    """One to ten columns: equal byte widths up to 8 columns take the table-lookup interleaving."""
+    rows = data.draw(st.lists(st.tuples(*(_VALUES[kind] for kind in kinds)), min_size=1, max_size=20))
+    assert _ours(rows, kinds, length, max_size) == _reference(rows, kinds, length, max_size)
+
+
 def test_a_multibyte_character_is_not_split() -> None:
     assert _ours([("aé",)], ["string"], 2, 100) == [_string("aé", 2)] == [b"a\x00"]
 
