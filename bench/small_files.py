@@ -262,7 +262,9 @@ def worker_compact(metadata_location: str, run_dir: str) -> dict[str, Any]:
 
 def worker_spark(metadata_location: str, run_dir: str, driver_memory: str) -> dict[str, Any]:
     mor = _sibling("mor")
-    found: dict[str, Any] = mor.spark_procedure(metadata_location, run_dir, driver_memory, "rewrite_data_files", {})
+    found: dict[str, Any] = mor.spark_procedure(
+        metadata_location, run_dir, driver_memory, "rewrite_data_files", {}
+    )
     found["metadata_location"] = "file://" + mor._local(found["metadata_location"])
     return found
 
@@ -349,7 +351,9 @@ def _verify(case: str, result: dict[str, Any], dataset: dict[str, Any], out: str
     result["verify"] = checked
 
 
-def run_case(case: str, dataset: dict[str, Any], args: argparse.Namespace, out: str, stamp: str) -> dict[str, Any]:
+def run_case(
+    case: str, dataset: dict[str, Any], args: argparse.Namespace, out: str, stamp: str
+) -> dict[str, Any]:
     run_dir = os.path.join(out, "runs", f"{stamp}-{case}")
     os.makedirs(run_dir)
     load_before = os.getloadavg()
@@ -396,11 +400,12 @@ def render(report: dict[str, Any]) -> str:
             check = "-" if "verify" not in r else ("ok" if r["verify"]["matches"] else "MISMATCH")
             extra = f" ({r['plan_bytes'] / MiB:.1f} MiB plan)" if "plan_bytes" in r else ""
             loads = "/".join(map(str, r["load_before"])) + " -> " + "/".join(map(str, r["load_after"]))
+            vs_spark = _ratio(r["seconds"], spark.get("seconds"))
+            vs_floor = _ratio(r["seconds"], floor.get("seconds"))
             lines.append(
-                f"| {size['files']:,} | {r['case']}{extra} | {r['seconds']:.1f} | {r['process_seconds']:.1f} | "
-                f"{r['cpu_seconds']:.1f} | {r['peak_rss_bytes'] / MiB:,.0f} | "
-                f"{_ratio(r['seconds'], spark.get('seconds'))} | {_ratio(r['seconds'], floor.get('seconds'))} | "
-                f"{loads} | {check} |"
+                f"| {size['files']:,} | {r['case']}{extra} | {r['seconds']:.1f} | "
+                f"{r['process_seconds']:.1f} | {r['cpu_seconds']:.1f} | {r['peak_rss_bytes'] / MiB:,.0f} | "
+                f"{vs_spark} | {vs_floor} | {loads} | {check} |"
             )
     return "\n".join(lines)
 
@@ -439,7 +444,9 @@ def _one_size(args: argparse.Namespace, files: int, cases: list[str], stamp: str
             continue
         print(f"running {case} at {files} files ...", flush=True)
         r = run_case(case, dataset, args, out, stamp)
-        check = "" if "verify" not in r else ", checksum " + ("matches" if r["verify"]["matches"] else "MISMATCH")
+        check = (
+            "" if "verify" not in r else ", checksum " + ("matches" if r["verify"]["matches"] else "MISMATCH")
+        )
         print(
             f"  {case}: {r['seconds']:.1f} s, peak RSS {r['peak_rss_bytes'] / MiB:.0f} MiB, "
             f"load {r['load_before'][0]}->{r['load_after'][0]}{check}",
@@ -482,7 +489,12 @@ def orchestrate(args: argparse.Namespace) -> int:
     print("\n" + text)
     CB.draw_charts(json_path)
     print(f"results: {json_path}")
-    bad = [r["case"] for s in report["sizes"] for r in s["results"] if not r.get("verify", {}).get("matches", True)]
+    bad = [
+        r["case"]
+        for s in report["sizes"]
+        for r in s["results"]
+        if not r.get("verify", {}).get("matches", True)
+    ]
     return 1 if bad else 0
 
 

@@ -16,7 +16,12 @@ from airflow_provider_iceberg_exec.engine.documents import (
     check_rewrite_task,
 )
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
-from airflow_provider_iceberg_exec.engine.io.read import READ_AHEAD_BATCHES, READ_AHEAD_BYTES, read_ahead
+from airflow_provider_iceberg_exec.engine.io.read import (
+    READ_AHEAD_BATCHES,
+    READ_AHEAD_BYTES,
+    coalesce_batches,
+    read_ahead,
+)
 from airflow_provider_iceberg_exec.engine.io.session import resource_error, track_resources
 from airflow_provider_iceberg_exec.engine.io.sorting import (
     AnyKey,
@@ -68,8 +73,11 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         # Every delete file that applies is applied: the rewrite keeps exactly the live rows. They are
         # read on a second thread while this one writes (decoding and encoding both release the GIL).
         live = read_ahead(
-            iter_live_group_batches(
-                table.io, metadata, inputs, limits=limits, spill_dir=spill_dir, stats=deletes
+            coalesce_batches(
+                iter_live_group_batches(
+                    table.io, metadata, inputs, limits=limits, spill_dir=spill_dir, stats=deletes
+                ),
+                limits.batch_size,
             ),
             depth=READ_AHEAD_BATCHES,
             max_bytes=READ_AHEAD_BYTES,
