@@ -305,9 +305,11 @@ def iter_group_batches(
         )
 
 
-def coalesce_batches(batches: Iterator[pa.RecordBatch], min_rows: int) -> Iterator[pa.RecordBatch]:
+def coalesce_batches(
+    batches: Iterator[pa.RecordBatch], min_rows: int, max_bytes: int = _READ_BATCH_BYTES
+) -> Iterator[pa.RecordBatch]:
     """The same rows in the same order, batches below ``min_rows`` rows joined (up to ``min_rows`` rows
-    or ``_READ_BATCH_BYTES``): tiny files make tiny batches, and everything downstream costs per batch."""
+    or ``max_bytes``): tiny files make tiny batches, and everything downstream costs per batch."""
     import pyarrow as pa
 
     pending: list[pa.RecordBatch] = []
@@ -323,7 +325,7 @@ def coalesce_batches(batches: Iterator[pa.RecordBatch], min_rows: int) -> Iterat
             continue
         pending.append(batch)
         rows, size = rows + batch.num_rows, size + batch.nbytes
-        if rows >= min_rows or size >= _READ_BATCH_BYTES:
+        if rows >= min_rows or size >= max_bytes:
             yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
             pending, rows, size = [], 0, 0
     if pending:

@@ -78,6 +78,8 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
                     table.io, metadata, inputs, limits=limits, spill_dir=spill_dir, stats=deletes
                 ),
                 limits.batch_size,
+                # A joined batch stays well below a file: output files roll where they did unjoined.
+                max_bytes=min(READ_AHEAD_BYTES // 4, max(1, layout.target_file_size_bytes // 4)),
             ),
             depth=READ_AHEAD_BATCHES,
             max_bytes=READ_AHEAD_BYTES,
