@@ -100,11 +100,11 @@ class _Projection:
         self,
         columns: list[str],
         project: Callable[[pa.RecordBatch], pa.RecordBatch],
-        order: dict[str, int] | None,
+        order: dict[str, str] | None,
     ) -> None:
         self.columns = columns
         self._project = project
-        #: table column position -> file column name, when the fast path may apply
+        #: table column name -> file column name, when the fast path may apply
         self._order = order
         self._source: pa.Schema | None = None
         self._target: pa.Schema | None = None
@@ -140,7 +140,7 @@ class _Projection:
             self._order = None
 
 
-def _fast_order(table_schema: Schema, file_projection: Schema) -> dict[str, int] | None:
+def _fast_order(table_schema: Schema, file_projection: Schema) -> dict[str, str] | None:
     """Table column name -> file column name when every table column is a primitive the file has with
     the same type (the projection is then a relabelling); ``None`` otherwise."""
     order = {}
