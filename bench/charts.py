@@ -76,6 +76,12 @@ CASES: dict[str, dict[str, tuple[str, str]]] = {
         "floor": ("floor", "floor: read + write every entry"),
         "read": ("other", "read only"),
     },
+    "small_files": {
+        "plan": ("ours", "iceberg-exec plan"),
+        "compact": ("ours", "iceberg-exec compact"),
+        "spark": ("spark", "Spark rewrite_data_files"),
+        "floor": ("floor", "floor: PyArrow read + write"),
+    },
     "orphans": {
         "engine": ("ours", "iceberg-exec orphan scan"),
         "pyset": ("pyiceberg", "Python set via PyIceberg"),
@@ -96,6 +102,7 @@ TITLES = {
     "delete_maintenance": "Delete-file maintenance (bench/delete_maintenance.py)",
     "manifests": "Manifest rewrite (bench/manifests.py)",
     "orphans": "Orphan scan (bench/orphans.py)",
+    "small_files": "Many small files (bench/small_files.py)",
     "object_store": "Compaction on object storage (bench/object_store.py)",
 }
 
@@ -194,6 +201,8 @@ def _groups(bench: str, doc: dict[str, Any]) -> list[tuple[str, list[dict[str, A
     """(group label, results, dataset) per group of one document."""
     if bench == "manifests":
         return [(f"{s['entries']:,} entries", s["results"], s.get("dataset", {})) for s in doc["sizes"]]
+    if bench == "small_files":
+        return [(f"{s['files']:,} files", s["results"], s["dataset"]) for s in doc["sizes"]]
     if "scale" in doc:  # compaction.py --scale
         return [
             (f"{s['multiple']}x: " + _dataset_label(s["dataset"]), s["results"], s["dataset"])

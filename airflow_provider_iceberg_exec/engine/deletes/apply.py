@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes.matches import equality_matches
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
-from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
+from airflow_provider_iceberg_exec.engine.io.read import (
+    ProjectionCache,
+    iter_data_file_batches,
+    read_batch_rows,
+)
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
 from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker
 
@@ -86,6 +90,7 @@ def iter_live_group_batches(
         if equality
         else iter(())
     )
+    cache = ProjectionCache()
     for ordinal, scanned in enumerate(files):
         data_file = scanned.data_file
         batches = iter_data_file_batches(
@@ -96,6 +101,7 @@ def iter_live_group_batches(
             name_mapping=name_mapping,
             format_version=metadata.format_version,
             batch_size=read_batch_rows(data_file, limits.batch_size),
+            cache=cache,
         )
         yield from _drop_positions(batches, deleted_positions(io, scanned), matches.of(ordinal), stats)
         progress.advance(files=1, bytes_done=data_file.file_size_in_bytes)

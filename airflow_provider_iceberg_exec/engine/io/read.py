@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 __all__ = [
     "READ_AHEAD_BATCHES",
     "READ_AHEAD_BYTES",
+    "ProjectionCache",
+    "coalesce_batches",
     "iter_data_file_batches",
     "iter_group_batches",
     "read_ahead",
@@ -54,6 +56,107 @@ _POLL_SECONDS = 0.1
 T = TypeVar("T")
 
 
+class ProjectionCache:
+    """The per-schema work of reading a file, done once per distinct Parquet schema of a stream.
+
+    Mapping a file's Arrow schema to Iceberg, pruning it and building the projection cost about 20 times
+    the reading of a 20-row file; the files of one group nearly always share one schema. Entries are
+    keyed by the file's Arrow schema with its field metadata (the field ids) and by the values that
+    fill the columns the file lacks.
+    """
+
+    def __init__(self) -> None:
+        self._schemas: dict[bytes, Schema] = {}
+        self._projections: dict[tuple[bytes, tuple[tuple[int, object], ...]], _Projection] = {}
+
+    def file_schema(self, key: bytes, build: Callable[[], Schema]) -> Schema:
+        if (found := self._schemas.get(key)) is None:
+            found = self._schemas[key] = build()
+        return found
+
+    def projection(
+        self, key: bytes, missing: dict[int, object], build: Callable[[], _Projection]
+    ) -> _Projection:
+        try:
+            full = (key, tuple(sorted(missing.items())))
+            hash(full)
+        except TypeError:  # an unhashable fill value: no caching
+            return build()
+        if (found := self._projections.get(full)) is None:
+            found = self._projections[full] = build()
+        return found
+
+
+class _Projection:
+    """The columns to read and the projection of their batches into the table schema.
+
+    ``project`` is PyIceberg's projection. Where every table column is a primitive the file has with
+    the same Iceberg and Arrow type, that projection only renames and re-labels the columns (names,
+    nullability, field ids): the fast path then builds the batch from the same arrays under the
+    projected schema, once checked against PyIceberg's result on a real batch.
+    """
+
+    def __init__(
+        self,
+        columns: list[str],
+        project: Callable[[pa.RecordBatch], pa.RecordBatch],
+        order: dict[str, str] | None,
+    ) -> None:
+        self.columns = columns
+        self._project = project
+        #: table column name -> file column name, when the fast path may apply
+        self._order = order
+        self._source: pa.Schema | None = None
+        self._target: pa.Schema | None = None
+        self._names: list[str] = []
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        if self._target is not None and batch.schema.equals(self._source):
+            return pa.RecordBatch.from_arrays([batch.column(n) for n in self._names], schema=self._target)
+        projected = self._project(batch)
+        if self._order is not None and self._target is None:
+            self._learn(batch, projected)
+        return projected
+
+    def _learn(self, batch: pa.RecordBatch, projected: pa.RecordBatch) -> None:
+        """Take the fast path from now on if it gives exactly PyIceberg's result on this batch."""
+        import pyarrow as pa
+
+        assert self._order is not None
+        names = (
+            [self._order[name] for name in projected.schema.names]
+            if len(self._order) == projected.num_columns
+            else []
+        )
+        if not names or len(set(batch.schema.names)) != batch.num_columns:
+            self._order = None
+            return
+        fast = pa.RecordBatch.from_arrays([batch.column(n) for n in names], schema=projected.schema)
+        if fast.equals(projected) and fast.schema.equals(projected.schema, check_metadata=True):
+            self._source, self._target, self._names = batch.schema, projected.schema, names
+        else:
+            self._order = None
+
+
+def _fast_order(table_schema: Schema, file_projection: Schema) -> dict[str, str] | None:
+    """Table column name -> file column name when every table column is a primitive the file has with
+    the same type (the projection is then a relabelling); ``None`` otherwise."""
+    order = {}
+    for field in table_schema.fields:
+        if not field.field_type.is_primitive:
+            return None
+        try:
+            file_field = file_projection.find_field(field.field_id)
+        except ValueError:
+            return None
+        if file_field.field_type != field.field_type:
+            return None
+        order[field.name] = file_field.name
+    return order
+
+
 def iter_data_file_batches(
     io: FileIO,
     data_file: DataFile,
@@ -63,24 +166,18 @@ def iter_data_file_batches(
     name_mapping: NameMapping | None,
     format_version: int,
     batch_size: int,
+    cache: ProjectionCache | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream one data file's rows in ``table_schema`` (with field ids), in file order.
 
     Row positions are the running row count, because batches come in file order and unfiltered.
 
+    :param cache: shared by the files of one stream (one table schema and format version).
     :raises DataFileReadError: when the file is missing or is not readable Parquet.
     :raises ConfigurationError: when the file has no field ids and the table has no name mapping.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyiceberg.io.pyarrow import pyarrow_to_schema
-    from pyiceberg.schema import prune_columns
-    from pyiceberg.types import ListType, MapType
-
-    from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import (
-        batch_projection,
-        partition_projection_values,
-    )
 
     path = data_file.file_path
     try:
@@ -92,35 +189,20 @@ def iter_data_file_batches(
             parquet = pq.ParquetFile(stream, pre_buffer=False, buffer_size=_READ_BUFFER_BYTES)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
             raise DataFileReadError(f"data file {path} is not readable Parquet: {err}") from err
-        try:
-            file_schema = pyarrow_to_schema(
-                parquet.schema_arrow,
-                name_mapping,
-                downcast_ns_timestamp_to_us=format_version <= 2,
-                format_version=format_version,  # type: ignore[arg-type]
-            )
-        except ValueError as err:
-            raise ConfigurationError(
-                f"data file {path} has no Iceberg field ids and the table has no name mapping "
-                "(schema.name-mapping.default); add one"
-            ) from err
-        # Columns missing from a file but fixed by an identity partition are filled from the partition.
-        missing_values = partition_projection_values(data_file, table_schema, spec, file_schema.field_ids)
-        # Like PyIceberg's ArrowScan: list and map ids cannot be selected themselves (prune_columns
-        # raises); selecting their element, key and value ids keeps them.
-        wanted = {
-            field_id
-            for field_id in table_schema.field_ids
-            if not isinstance(table_schema.find_type(field_id), (ListType, MapType))
-        }
-        file_projection = prune_columns(file_schema, wanted, select_full_types=False)
-        columns = [column.name for column in file_projection.columns]
-        project = batch_projection(
-            table_schema, file_projection, format_version=format_version, missing_values=missing_values
+        project = _projection(
+            data_file,
+            parquet.schema_arrow,
+            cache or ProjectionCache(),
+            table_schema,
+            spec,
+            name_mapping,
+            format_version,
         )
         read_rows = 0
         try:
-            for batch in parquet.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):
+            for batch in parquet.iter_batches(
+                batch_size=batch_size, columns=project.columns, use_threads=False
+            ):
                 read_rows += batch.num_rows
                 yield project(batch)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
@@ -131,6 +213,63 @@ def iter_data_file_batches(
                 f"data file {path} holds {read_rows} rows but its manifest entry says "
                 f"{data_file.record_count}"
             )
+
+
+def _projection(
+    data_file: DataFile,
+    arrow_schema: pa.Schema,
+    cache: ProjectionCache,
+    table_schema: Schema,
+    spec: PartitionSpec,
+    name_mapping: NameMapping | None,
+    format_version: int,
+) -> _Projection:
+    """The columns to read from a file of ``arrow_schema`` and the projection of its batches."""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+    from pyiceberg.schema import prune_columns
+    from pyiceberg.types import ListType, MapType
+
+    from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import (
+        batch_projection,
+        partition_projection_values,
+    )
+
+    key = arrow_schema.serialize().to_pybytes()
+
+    def to_iceberg() -> Schema:
+        try:
+            return pyarrow_to_schema(
+                arrow_schema,
+                name_mapping,
+                downcast_ns_timestamp_to_us=format_version <= 2,
+                format_version=format_version,  # type: ignore[arg-type]
+            )
+        except ValueError as err:
+            raise ConfigurationError(
+                f"data file {data_file.file_path} has no Iceberg field ids and the table has no name mapping "
+                "(schema.name-mapping.default); add one"
+            ) from err
+
+    file_schema = cache.file_schema(key, to_iceberg)
+    # Columns missing from a file but fixed by an identity partition are filled from the partition.
+    missing_values = partition_projection_values(data_file, table_schema, spec, file_schema.field_ids)
+
+    def build() -> _Projection:
+        # Like PyIceberg's ArrowScan: list and map ids cannot be selected themselves (prune_columns
+        # raises); selecting their element, key and value ids keeps them.
+        wanted = {
+            field_id
+            for field_id in table_schema.field_ids
+            if not isinstance(table_schema.find_type(field_id), (ListType, MapType))
+        }
+        file_projection = prune_columns(file_schema, wanted, select_full_types=False)
+        project = batch_projection(
+            table_schema, file_projection, format_version=format_version, missing_values=missing_values
+        )
+        columns = [column.name for column in file_projection.columns]
+        return _Projection(columns, project, _fast_order(table_schema, file_projection))
+
+    return cache.projection(key, missing_values, build)
 
 
 def read_batch_rows(data_file: DataFile, minimum: int) -> int:
@@ -151,6 +290,7 @@ def iter_group_batches(
     batch_size: int,
 ) -> Iterator[pa.RecordBatch]:
     """Stream every row of ``data_files``, one file after another, in ``table_schema``."""
+    cache = ProjectionCache()
     for number, data_file in enumerate(data_files, start=1):
         log.debug("reading %s (%d of %d)", data_file.file_path, number, len(data_files))
         yield from iter_data_file_batches(
@@ -161,7 +301,35 @@ def iter_group_batches(
             name_mapping=name_mapping,
             format_version=format_version,
             batch_size=batch_size,
+            cache=cache,
         )
+
+
+def coalesce_batches(
+    batches: Iterator[pa.RecordBatch], min_rows: int, max_bytes: int = _READ_BATCH_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """The same rows in the same order, batches below ``min_rows`` rows joined (up to ``min_rows`` rows
+    or ``max_bytes``): tiny files make tiny batches, and everything downstream costs per batch."""
+    import pyarrow as pa
+
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
+    for batch in batches:
+        if pending and (
+            batch.num_rows >= min_rows or not batch.schema.equals(pending[0].schema, check_metadata=True)
+        ):
+            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+            pending, rows, size = [], 0, 0
+        if batch.num_rows >= min_rows:
+            yield batch
+            continue
+        pending.append(batch)
+        rows, size = rows + batch.num_rows, size + batch.nbytes
+        if rows >= min_rows or size >= max_bytes:
+            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+            pending, rows, size = [], 0, 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
 class _Raised:

@@ -121,13 +121,25 @@ def _typed_bound(field_type: PrimitiveType | None, raw: bytes) -> Any:
     return value
 
 
-def _bound_types(schema: Schema) -> dict[int, PrimitiveType]:
+#: The bound types of the schemas seen last, by identity: a plan or a commit codes every file of a table
+#: against one Schema object, and indexing it (a visitor) cost more than the file's own coding.
+_BOUND_TYPES_CACHE: dict[int, tuple[Schema, Mapping[int, PrimitiveType]]] = {}
+_BOUND_TYPES_CACHED = 8
+
+
+def _bound_types(schema: Schema) -> Mapping[int, PrimitiveType]:
+    cached = _BOUND_TYPES_CACHE.get(id(schema))
+    if cached is not None and cached[0] is schema:  # the entry holds the schema: its id is not reused
+        return cached[1]
     types = dict(_RESERVED_BOUND_TYPES)
     types.update(
         (field_id, field.field_type)
         for field_id, field in index_by_id(schema).items()
         if isinstance(field.field_type, PrimitiveType)
     )
+    if len(_BOUND_TYPES_CACHE) >= _BOUND_TYPES_CACHED:
+        _BOUND_TYPES_CACHE.pop(next(iter(_BOUND_TYPES_CACHE)))
+    _BOUND_TYPES_CACHE[id(schema)] = (schema, types)
     return types
 
 

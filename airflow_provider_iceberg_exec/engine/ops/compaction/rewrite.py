@@ -16,7 +16,12 @@ from airflow_provider_iceberg_exec.engine.documents import (
     check_rewrite_task,
 )
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
-from airflow_provider_iceberg_exec.engine.io.read import READ_AHEAD_BATCHES, READ_AHEAD_BYTES, read_ahead
+from airflow_provider_iceberg_exec.engine.io.read import (
+    READ_AHEAD_BATCHES,
+    READ_AHEAD_BYTES,
+    coalesce_batches,
+    read_ahead,
+)
 from airflow_provider_iceberg_exec.engine.io.session import resource_error, track_resources
 from airflow_provider_iceberg_exec.engine.io.sorting import (
     AnyKey,
@@ -73,14 +78,19 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         # Every delete file that applies is applied: the rewrite keeps exactly the live rows. They are
         # read on a second thread while this one writes (decoding and encoding both release the GIL).
         live = read_ahead(
-            iter_live_group_batches(
-                table.io,
-                metadata,
-                inputs,
-                limits=limits,
-                spill_dir=spill_dir,
-                stats=deletes,
-                progress=progress,
+            coalesce_batches(
+                iter_live_group_batches(
+                    table.io,
+                    metadata,
+                    inputs,
+                    limits=limits,
+                    spill_dir=spill_dir,
+                    stats=deletes,
+                    progress=progress,
+                ),
+                limits.batch_size,
+                # A joined batch stays well below a file: output files roll where they did unjoined.
+                max_bytes=min(READ_AHEAD_BYTES // 4, max(1, layout.target_file_size_bytes // 4)),
             ),
             depth=READ_AHEAD_BATCHES,
             max_bytes=READ_AHEAD_BYTES,

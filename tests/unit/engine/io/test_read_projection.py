@@ -1,0 +1,129 @@
+"""The per-schema projection cache and its relabelling fast path give exactly PyIceberg's projection,
+file after file, for files of one schema and of evolved ones; tiny batches coalesce without a row moved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.io.pyarrow import PyArrowFileIO, pyarrow_to_schema
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.schema import Schema
+from pyiceberg.typedef import Record
+from pyiceberg.types import LongType, NestedField, StringType
+
+from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import batch_projection
+from airflow_provider_iceberg_exec.engine.io.read import (
+    ProjectionCache,
+    coalesce_batches,
+    iter_data_file_batches,
+)
+
+TABLE = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "name", StringType(), required=False),
+    NestedField(3, "qty", LongType(), required=False),
+)
+
+
+def _field(name: str, kind: pa.DataType, field_id: int, nullable: bool = True) -> pa.Field:
+    return pa.field(name, kind, nullable=nullable, metadata={b"PARQUET:field_id": str(field_id).encode()})
+
+
+def _write(path: Path, schema: pa.Schema, rows: int, start: int) -> DataFile:
+    columns = []
+    for field in schema:
+        if pa.types.is_string(field.type):
+            columns.append(pa.array([None if i % 7 == 0 else f"n{i}" for i in range(start, start + rows)]))
+        else:
+            columns.append(pa.array(range(start, start + rows), field.type))
+    pq.write_table(pa.Table.from_arrays(columns, schema=schema), path)
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=str(path),
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=rows,
+        file_size_in_bytes=path.stat().st_size,
+        spec_id=0,
+    )
+
+
+def _reference(data_file: DataFile) -> list[pa.RecordBatch]:
+    """PyIceberg's projection of every batch, built afresh for the file (no cache, no fast path)."""
+    parquet = pq.ParquetFile(data_file.file_path)
+    file_schema = pyarrow_to_schema(
+        parquet.schema_arrow, None, downcast_ns_timestamp_to_us=True, format_version=2
+    )
+    project = batch_projection(TABLE, file_schema, format_version=2, missing_values={})
+    return [project(b) for b in parquet.iter_batches(batch_size=4)]
+
+
+SAME = pa.schema(
+    [_field("id", pa.int64(), 1, False), _field("name", pa.string(), 2), _field("qty", pa.int64(), 3)]
+)
+#: renamed, promoted (int -> long) and missing columns: never the fast path, still PyIceberg's result
+EVOLVED = pa.schema(
+    [_field("id", pa.int64(), 1, False), _field("label", pa.string(), 2), _field("q", pa.int32(), 3)]
+)
+MISSING = pa.schema([_field("id", pa.int64(), 1, False), _field("name", pa.string(), 2)])
+
+
+@pytest.mark.parametrize("layouts", [[SAME] * 4, [SAME, EVOLVED, SAME, MISSING, EVOLVED, SAME]])
+def test_cached_reads_equal_pyiceberg_projection(tmp_path: Path, layouts: list[pa.Schema]) -> None:
+    files = [_write(tmp_path / f"f{i}.parquet", s, 10, 10 * i) for i, s in enumerate(layouts)]
+    cache = ProjectionCache()
+    for data_file in files:
+        got = list(
+            iter_data_file_batches(
+                PyArrowFileIO(),
+                data_file,
+                table_schema=TABLE,
+                spec=UNPARTITIONED_PARTITION_SPEC,
+                name_mapping=None,
+                format_version=2,
+                batch_size=4,
+                cache=cache,
+            )
+        )
+        expected = _reference(data_file)
+        assert len(got) == len(expected) == 3
+        for batch, reference in zip(got, expected, strict=True):
+            assert batch.equals(reference)
+            assert batch.schema.equals(reference.schema, check_metadata=True)
+
+
+def test_fast_path_is_taken_for_a_plain_file_and_not_for_a_promoted_one(tmp_path: Path) -> None:
+    cache = ProjectionCache()
+    for name, schema in (("same", SAME), ("evolved", EVOLVED)):
+        data_file = _write(tmp_path / f"{name}.parquet", schema, 10, 0)
+        list(
+            iter_data_file_batches(
+                PyArrowFileIO(),
+                data_file,
+                table_schema=TABLE,
+                spec=UNPARTITIONED_PARTITION_SPEC,
+                name_mapping=None,
+                format_version=2,
+                batch_size=4,
+                cache=cache,
+            )
+        )
+    projections = list(cache._projections.values())
+    assert [p._target is not None for p in projections] == [True, False]
+
+
+def test_coalesce_keeps_rows_and_order_and_passes_large_batches() -> None:
+    schema = pa.schema([pa.field("x", pa.int64())])
+    sizes = [3, 3, 3, 20, 1, 2, 9, 4]
+    batches, start = [], 0
+    for size in sizes:
+        batches.append(pa.record_batch([pa.array(range(start, start + size), pa.int64())], schema=schema))
+        start += size
+    out = list(coalesce_batches(iter(batches), min_rows=8))
+    assert [v for b in out for v in b.column(0).to_pylist()] == list(range(start))
+    assert [b.num_rows for b in out] == [9, 20, 3, 9, 4]
+    assert list(coalesce_batches(iter([]), min_rows=8)) == []
