@@ -69,6 +69,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     TableNotFoundError,
 )
 from airflow_provider_iceberg_exec.engine.io.catalog import catalog_errors, table_name
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.manifests import to_record_layout
 
 # The commit API: the commit functions, their options and results, and the commit-id look-ups the
@@ -467,6 +468,12 @@ def commit_row_delta(
         raise ConfigurationError(
             f"cannot add delete files to {table_name(table)}: v1 tables have no delete files"
         )
+    if table.metadata.format_version >= 3 and added_delete_files:
+        # Java: "Must use DVs for position deletes in V3"; position delete files are v2 only.
+        raise ConfigurationError(
+            f"cannot add position delete files to {table_name(table)}: format version "
+            f"{table.metadata.format_version} tables take deletion vectors only; table left unchanged"
+        )
     return _commit_files(
         table,
         branch=branch,
@@ -625,11 +632,7 @@ def _check_overwrite_arguments(
 def _check_table(
     metadata: TableMetadata, branch: str, name: str, removed_deletes: Sequence[DataFile]
 ) -> None:
-    if metadata.format_version >= 3:
-        raise ConfigurationError(
-            f"cannot commit to {name}: format version {metadata.format_version}: PyIceberg 0.12 cannot write "
-            "v3 metadata; table left unchanged"
-        )
+    check_writable_format(metadata, name)
     if metadata.format_version == 1 and removed_deletes:
         raise ConfigurationError(f"cannot remove delete files from {name}: v1 tables have no delete files")
     ref = metadata.refs.get(branch)

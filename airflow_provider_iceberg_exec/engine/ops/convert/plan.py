@@ -33,6 +33,7 @@ from airflow_provider_iceberg_exec.engine.meta.scan import (
     scan_snapshot,
 )
 from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_to_json
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -122,6 +123,7 @@ def plan_conversion(
     name = table_name(table)
     if metadata.format_version < 2:
         raise ConfigurationError(f"{name} is a format-version 1 table: it has no delete files to convert")
+    check_writable_format(metadata, name)
     if metadata.format_version > 2:
         raise ConfigurationError(
             f"cannot convert the deletes of {name}: format version {metadata.format_version} tables need "

@@ -20,6 +20,7 @@ from airflow_provider_iceberg_exec.engine.ops.cow.common import parse_operation
 from airflow_provider_iceberg_exec.engine.ops.cow.predicate import Predicate
 from airflow_provider_iceberg_exec.engine.ops.cow.read import Source, inspect_source
 from airflow_provider_iceberg_exec.engine.ops.cow.update import check_expressions, parse_assignments
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -140,11 +141,12 @@ def plan_cow_rewrite(
 
 
 def _check_table(metadata: TableMetadata, task_size_bytes: int) -> None:
-    """Refuse a table PyIceberg cannot commit to, and a task size that packs nothing."""
+    """Refuse a table this rewrite cannot commit to, and a task size that packs nothing."""
+    check_writable_format(metadata, "the table")
     if metadata.format_version >= 3:
         raise ConfigurationError(
-            f"format version {metadata.format_version} tables are not supported: PyIceberg 0.12 cannot write "
-            "v3 metadata; table left unchanged"
+            f"format version {metadata.format_version} tables are not supported yet by copy-on-write "
+            "(row lineage is not carried); table left unchanged"
         )
     if task_size_bytes <= 0:
         raise ConfigurationError("task_size_bytes must be > 0")

@@ -27,6 +27,7 @@ from airflow_provider_iceberg_exec.engine.ops.merge.clauses import MergeClauses
 from airflow_provider_iceberg_exec.engine.ops.merge.evaluate import check_clauses
 from airflow_provider_iceberg_exec.engine.ops.merge.source import MergeSource, resolve_source
 from airflow_provider_iceberg_exec.engine.ops.merge.task import key_fields_for
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -69,10 +70,11 @@ def plan_merge(
     refresh_table(table)
     metadata = table.metadata
     name = table_name(table)
+    check_writable_format(metadata, name)
     if metadata.format_version >= 3:
         raise ConfigurationError(
-            f"format version {metadata.format_version} tables are not supported yet: PyIceberg 0.12 cannot "
-            "write v3 metadata; table left unchanged"
+            f"format version {metadata.format_version} tables are not supported yet by MERGE (deletion "
+            "vectors and row lineage); table left unchanged"
         )
     if task_size_bytes <= 0:
         raise ConfigurationError("task_size_bytes must be > 0")

@@ -26,6 +26,7 @@ from airflow_provider_iceberg_exec.engine.meta.scan import (
     scan_snapshot,
 )
 from airflow_provider_iceberg_exec.engine.ops.planning import FileCandidate, FileGroup, plan_file_groups
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -47,10 +48,11 @@ def check_format_version(metadata: TableMetadata, name: str) -> None:
         raise ConfigurationError(
             f"cannot rewrite position deletes of {name}: format version 1 tables have no delete files"
         )
+    check_writable_format(metadata, name)
     if version >= 3:
         raise ConfigurationError(
-            f"cannot commit to {name}: format version {version}: PyIceberg 0.12 cannot write v3 metadata; "
-            "table left unchanged"
+            f"cannot rewrite position deletes of {name}: format version {version} tables need deletion "
+            "vectors, which this version does not write; table left unchanged"
         )
 
 
