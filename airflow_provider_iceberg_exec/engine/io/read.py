@@ -18,6 +18,7 @@ from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
+from airflow_provider_iceberg_exec.engine.io.lineage import RowLineage, materialise_lineage, with_lineage_columns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -63,10 +64,15 @@ def iter_data_file_batches(
     name_mapping: NameMapping | None,
     format_version: int,
     batch_size: int,
+    lineage: RowLineage | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream one data file's rows in ``table_schema`` (with field ids), in file order.
 
     Row positions are the running row count, because batches come in file order and unfiltered.
+
+    :param lineage: for a v3 rewrite: the rows also carry ``_row_id`` and
+        ``_last_updated_sequence_number`` (last two columns), inherited values made explicit
+        (:mod:`.lineage`).
 
     :raises DataFileReadError: when the file is missing or is not readable Parquet.
     :raises ConfigurationError: when the file has no field ids and the table has no name mapping.
@@ -106,23 +112,25 @@ def iter_data_file_batches(
             ) from err
         # Columns missing from a file but fixed by an identity partition are filled from the partition.
         missing_values = partition_projection_values(data_file, table_schema, spec, file_schema.field_ids)
+        read_schema = with_lineage_columns(table_schema) if lineage is not None else table_schema
         # Like PyIceberg's ArrowScan: list and map ids cannot be selected themselves (prune_columns
         # raises); selecting their element, key and value ids keeps them.
         wanted = {
             field_id
-            for field_id in table_schema.field_ids
-            if not isinstance(table_schema.find_type(field_id), (ListType, MapType))
+            for field_id in read_schema.field_ids
+            if not isinstance(read_schema.find_type(field_id), (ListType, MapType))
         }
         file_projection = prune_columns(file_schema, wanted, select_full_types=False)
         columns = [column.name for column in file_projection.columns]
         project = batch_projection(
-            table_schema, file_projection, format_version=format_version, missing_values=missing_values
+            read_schema, file_projection, format_version=format_version, missing_values=missing_values
         )
         read_rows = 0
         try:
             for batch in parquet.iter_batches(batch_size=batch_size, columns=columns, use_threads=False):
-                read_rows += batch.num_rows
-                yield project(batch)
+                start, read_rows = read_rows, read_rows + batch.num_rows
+                projected = project(batch)
+                yield projected if lineage is None else materialise_lineage(projected, start, lineage)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
             raise DataFileReadError(f"data file {path} is corrupt: {err}") from err
         if read_rows != data_file.record_count:

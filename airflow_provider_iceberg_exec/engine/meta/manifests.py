@@ -68,6 +68,7 @@ __all__ = [
     "referenced_data_file",
     "to_record_layout",
     "v3_field",
+    "with_first_row_id",
 ]
 
 #: ``data_file.referenced_data_file``: the data file every delete in a delete file points at.
@@ -107,6 +108,13 @@ def to_record_layout(data_file: DataFile) -> DataFile:
     # PyIceberg's writers leave spec_id unset; callers then fall back to the table's default spec.
     with contextlib.suppress(AttributeError):
         padded.spec_id = data_file.spec_id
+    return padded
+
+
+def with_first_row_id(data_file: DataFile, value: int | None) -> DataFile:
+    """``data_file`` in the v3 layout with ``first_row_id`` set to ``value`` (a copy when padded)."""
+    padded = to_record_layout(data_file)
+    padded[_FIRST_ROW_ID_POS] = value
     return padded
 
 
