@@ -232,9 +232,7 @@ def _split_manifests(
     On v3 the list is read in the v3 layout: carried manifests keep their ``first_row_id``, and the
     entries of a rewritten one carry the id they inherit.
     """
-    manifests = (
-        read_manifest_list(io, head) if attempt.metadata.format_version >= 3 else head.manifests(io)
-    )
+    manifests = read_manifest_list(io, head) if attempt.metadata.format_version >= 3 else head.manifests(io)
     for manifest in manifests:
         paths = paths_by_content[manifest.content]
         if not paths or not may_hold[manifest.content](manifest):

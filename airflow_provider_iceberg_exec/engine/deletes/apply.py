@@ -102,7 +102,9 @@ def iter_live_group_batches(
             name_mapping=name_mapping,
             format_version=metadata.format_version,
             batch_size=read_batch_rows(data_file, limits.batch_size),
-            lineage=RowLineage(first_row_id(data_file), scanned.data_sequence_number) if row_lineage else None,
+            lineage=RowLineage(first_row_id(data_file), scanned.data_sequence_number)
+            if row_lineage
+            else None,
         )
         yield from _drop_positions(batches, deleted_positions(io, scanned), matches.of(ordinal), stats)
         progress.advance(files=1, bytes_done=data_file.file_size_in_bytes)

@@ -50,7 +50,9 @@ def with_lineage_columns(schema: Schema) -> Schema:
     return Schema(
         *schema.fields,
         NestedField(ROW_ID_FIELD_ID, ROW_ID, LongType(), required=False),
-        NestedField(LAST_UPDATED_SEQUENCE_NUMBER_FIELD_ID, LAST_UPDATED_SEQUENCE_NUMBER, LongType(), required=False),
+        NestedField(
+            LAST_UPDATED_SEQUENCE_NUMBER_FIELD_ID, LAST_UPDATED_SEQUENCE_NUMBER, LongType(), required=False
+        ),
         schema_id=schema.schema_id,
         identifier_field_ids=schema.identifier_field_ids,
     )

@@ -12,9 +12,9 @@ PyIceberg has no public API for what these small functions do; each wraps the pr
   (``pyiceberg.expressions.visitors._StrictMetricsEvaluator``);
 - :func:`inherit_from_manifest`: sequence numbers and spec id an entry inherits from its manifest
   (``pyiceberg.manifest._inherit_from_manifest``);
-- :func:`open_manifest_writer`: PyIceberg's v1 / v2 manifest writer (and a v3 one made from v2's) with the file and record schemas,
-  the entry conversion and the extra metadata of our choice (overriding ``new_writer``, ``add_entry``,
-  ``content`` and the private ``_meta`` property; reading ``_output_file``).
+- :func:`open_manifest_writer`: PyIceberg's v1 / v2 manifest writer (and a v3 one made from v2's) with
+  the file and record schemas, the entry conversion and the extra metadata of our choice (overriding
+  ``new_writer``, ``add_entry``, ``content`` and the private ``_meta`` property; reading ``_output_file``).
 
 tests/unit/engine/test_pyiceberg_private_api.py checks every one of these names against the installed
 PyIceberg, and that no other engine module but :mod:`~.commit.pyiceberg_producer` uses a private one.
@@ -40,13 +40,13 @@ from pyiceberg.manifest import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyiceberg.typedef import TableVersion
     from pyiceberg.avro.codecs import AvroCompressionCodec
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.io import OutputFile
     from pyiceberg.manifest import DataFile, ManifestFile
     from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
+    from pyiceberg.typedef import TableVersion
 
 __all__ = [
     "batch_projection",

@@ -18,7 +18,11 @@ from collections.abc import Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
-from airflow_provider_iceberg_exec.engine.io.lineage import RowLineage, materialise_lineage, with_lineage_columns
+from airflow_provider_iceberg_exec.engine.io.lineage import (
+    RowLineage,
+    materialise_lineage,
+    with_lineage_columns,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -34,14 +34,15 @@ def check_writable_format(metadata: TableMetadata, name: str) -> None:
             f"{MAX_FORMAT_VERSION}); table left unchanged"
         )
     if version >= 3 and (reason := _unsupported_v3_feature(metadata)) is not None:
-        raise ConfigurationError(f"cannot commit to {name}: {reason} is not supported yet; table left unchanged")
+        raise ConfigurationError(
+            f"cannot commit to {name}: {reason} is not supported yet; table left unchanged"
+        )
 
 
 def _unsupported_v3_feature(metadata: TableMetadata) -> str | None:
+    from pyiceberg.schema import index_by_id
     from pyiceberg.transforms import UnknownTransform
     from pyiceberg.types import GeographyType, GeometryType
-
-    from pyiceberg.schema import index_by_id
 
     for field in index_by_id(metadata.schema()).values():
         if isinstance(field.field_type, (GeometryType, GeographyType)):

@@ -87,7 +87,9 @@ _REFERENCED_DATA_FILE_POS = next(
 
 
 _FIRST_ROW_ID_POS = next(
-    pos for pos, field in enumerate(DATA_FILE_TYPE[_RECORD_VERSION].fields) if field.field_id == FIRST_ROW_ID_FIELD_ID
+    pos
+    for pos, field in enumerate(DATA_FILE_TYPE[_RECORD_VERSION].fields)
+    if field.field_id == FIRST_ROW_ID_FIELD_ID
 )
 
 
@@ -281,7 +283,9 @@ def new_manifest_writer(
     )
 
 
-def _content_checked(content: ManifestContent, *, v3: bool = False) -> Callable[[ManifestEntry], ManifestEntry]:
+def _content_checked(
+    content: ManifestContent, *, v3: bool = False
+) -> Callable[[ManifestEntry], ManifestEntry]:
     """Convert an entry to the record layout, refusing a file of the other content.
 
     With ``v3``, an ADDED entry's ``first_row_id`` is written null: it is inherited from the manifest

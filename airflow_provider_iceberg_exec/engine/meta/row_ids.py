@@ -54,7 +54,9 @@ _MANIFEST_FIRST_ROW_ID_FIELD_ID = 520
 
 _FILE_POS = next(p for p, f in enumerate(DATA_FILE_TYPE[3].fields) if f.field_id == FIRST_ROW_ID_FIELD_ID)
 _LIST_V3 = MANIFEST_LIST_FILE_SCHEMAS[3]
-_MANIFEST_POS = next(p for p, f in enumerate(_LIST_V3.fields) if f.field_id == _MANIFEST_FIRST_ROW_ID_FIELD_ID)
+_MANIFEST_POS = next(
+    p for p, f in enumerate(_LIST_V3.fields) if f.field_id == _MANIFEST_FIRST_ROW_ID_FIELD_ID
+)
 
 
 def first_row_id(data_file: DataFile) -> int | None:
@@ -95,7 +97,9 @@ def read_manifest_list(io: FileIO, snapshot: Snapshot) -> list[ManifestFile]:
         return list(reader)
 
 
-def inherit_first_row_ids(entries: Iterable[ManifestEntry], manifest: ManifestFile) -> Iterator[ManifestEntry]:
+def inherit_first_row_ids(
+    entries: Iterable[ManifestEntry], manifest: ManifestFile
+) -> Iterator[ManifestEntry]:
     """``entries`` (all of them, in file order, data files in the v3 layout) with inherited row ids.
 
     Only for a manifest read in the v3 layout: other manifests (v1 and v2 tables) pass unchanged.
@@ -132,7 +136,9 @@ def _assign_sequence_numbers(manifest: ManifestFile, snapshot_id: int, sequence_
     return assigned
 
 
-def assign_manifest_row_ids(manifests: Sequence[ManifestFile], next_row_id: int) -> tuple[list[ManifestFile], int]:
+def assign_manifest_row_ids(
+    manifests: Sequence[ManifestFile], next_row_id: int
+) -> tuple[list[ManifestFile], int]:
     """Give every data manifest without a ``first_row_id`` the running counter, from ``next_row_id``.
 
     :returns: the manifests in the v3 layout, and the counter after the last (``added-rows`` is its

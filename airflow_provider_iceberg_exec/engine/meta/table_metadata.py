@@ -34,7 +34,9 @@ def table_metadata_json(metadata: TableMetadata) -> str:
     return IcebergBaseModel.model_dump_json(metadata, exclude_none=exclude_none)
 
 
-def write_table_metadata(metadata: TableMetadata, output_file: OutputFile, *, overwrite: bool = False) -> None:
+def write_table_metadata(
+    metadata: TableMetadata, output_file: OutputFile, *, overwrite: bool = False
+) -> None:
     """Write ``metadata`` to ``output_file``, gzip-compressed when its name ends in ``.gz.metadata.json``."""
     payload = table_metadata_json(metadata).encode("utf-8")
     payload = Compressor.get_compressor(output_file.location).bytes_compressor()(payload)

@@ -26,6 +26,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.io.position_delete_writer import DeleteGranularity
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.scan import (
     ScannedFile,
     check_branch,
@@ -33,7 +34,6 @@ from airflow_provider_iceberg_exec.engine.meta.scan import (
     scan_snapshot,
 )
 from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_to_json
-from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression

@@ -12,6 +12,7 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import IsolationLevel
 from airflow_provider_iceberg_exec.engine.contracts import COW_PLAN, COW_TASK, CowPlan, CowSourceFile, CowTask
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.scan import check_branch, scan_data_files
 from airflow_provider_iceberg_exec.engine.meta.task_files import (
     scanned_to_json,
@@ -20,7 +21,6 @@ from airflow_provider_iceberg_exec.engine.ops.cow.common import parse_operation
 from airflow_provider_iceberg_exec.engine.ops.cow.predicate import Predicate
 from airflow_provider_iceberg_exec.engine.ops.cow.read import Source, inspect_source
 from airflow_provider_iceberg_exec.engine.ops.cow.update import check_expressions, parse_assignments
-from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema

@@ -21,13 +21,13 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import IsolationLevel
 from airflow_provider_iceberg_exec.engine.contracts import MERGE_PLAN, MERGE_TASK
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.scan import check_branch, parse_where, scan_data_files
 from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_to_json
 from airflow_provider_iceberg_exec.engine.ops.merge.clauses import MergeClauses
 from airflow_provider_iceberg_exec.engine.ops.merge.evaluate import check_clauses
 from airflow_provider_iceberg_exec.engine.ops.merge.source import MergeSource, resolve_source
 from airflow_provider_iceberg_exec.engine.ops.merge.task import key_fields_for
-from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

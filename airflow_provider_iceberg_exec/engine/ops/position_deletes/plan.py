@@ -18,6 +18,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to_json
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.scan import (
     ScannedDelete,
     ScannedFile,
@@ -26,7 +27,6 @@ from airflow_provider_iceberg_exec.engine.meta.scan import (
     scan_snapshot,
 )
 from airflow_provider_iceberg_exec.engine.ops.planning import FileCandidate, FileGroup, plan_file_groups
-from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression

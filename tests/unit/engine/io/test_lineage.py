@@ -98,9 +98,7 @@ def test_a_file_from_before_the_upgrade_reads_nulls(tmp_path: Path) -> None:
 
 
 def test_without_lineage_the_table_schema_only(tmp_path: Path) -> None:
-    data_file = _write(
-        tmp_path / "f.parquet", {"id": (1, [1]), "_row_id": (ROW_ID_FIELD_ID, [5])}
-    )
+    data_file = _write(tmp_path / "f.parquet", {"id": (1, [1]), "_row_id": (ROW_ID_FIELD_ID, [5])})
 
     assert _read(data_file, None).column_names == ["id"]
 

@@ -92,7 +92,10 @@ def test_the_spec_example_assigns_375_rows_from_1000() -> None:
 def test_a_v3_manifest_list_reads_back_with_its_ids_and_java_keys(tmp_path: Path) -> None:
     io = PyArrowFileIO()
     path = str(tmp_path / "snap.avro")
-    manifests = [_manifest("old", 0, 40, first=3, snapshot_id=1, sequence_number=1), _manifest("new", 30, 0, snapshot_id=9)]
+    manifests = [
+        _manifest("old", 0, 40, first=3, snapshot_id=1, sequence_number=1),
+        _manifest("new", 30, 0, snapshot_id=9),
+    ]
 
     counter = write_manifest_list_v3(
         io.new_output(path),

@@ -1,5 +1,5 @@
 """engine/meta/table_metadata.py: v3 metadata JSON (which PyIceberg 0.12 refuses to write) round-trips,
-next-row-id and the snapshots' row-id fields included, and v1/v2 metadata is written as PyIceberg writes it."""
+next-row-id and the snapshots' row-id fields included; v1/v2 metadata is written as PyIceberg writes it."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ SCHEMA = Schema(NestedField(1, "id", LongType(), required=False))
 
 
 def _metadata(version: str):  # type: ignore[no-untyped-def]
-    return new_table_metadata(SCHEMA, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER, "file:///w/t", {"format-version": version})
+    return new_table_metadata(
+        SCHEMA, UNPARTITIONED_PARTITION_SPEC, UNSORTED_SORT_ORDER, "file:///w/t", {"format-version": version}
+    )
 
 
 def test_v3_metadata_round_trips_with_next_row_id_and_snapshot_row_ids() -> None:
@@ -38,7 +40,12 @@ def test_v3_metadata_round_trips_with_next_row_id_and_snapshot_row_ids() -> None
         added_rows=375,
     )
     metadata = _metadata("3").model_copy(
-        update={"next_row_id": 375, "snapshots": [snapshot], "current_snapshot_id": 5, "last_sequence_number": 1}
+        update={
+            "next_row_id": 375,
+            "snapshots": [snapshot],
+            "current_snapshot_id": 5,
+            "last_sequence_number": 1,
+        }
     )
     with pytest.raises(NotImplementedError):
         metadata.model_dump_json()  # PyIceberg's own serialiser refuses v3
@@ -81,4 +88,6 @@ def test_a_gz_metadata_name_is_gzip_compressed(tmp_path: Path) -> None:
     write_table_metadata(metadata, io.new_output(path))
 
     assert json.loads(gzip.decompress(Path(path).read_bytes()))["next-row-id"] == 0
-    assert table_metadata_json(FromInputFile.table_metadata(io.new_input(path))) == table_metadata_json(metadata)
+    assert table_metadata_json(FromInputFile.table_metadata(io.new_input(path))) == table_metadata_json(
+        metadata
+    )
