@@ -33,10 +33,11 @@ Format version 3 (PyIceberg 0.12 cannot write it): on a v3 table both producers'
 :func:`_commit_v3`, PyIceberg's ``_commit`` with our manifest list
 (:func:`~.meta.row_ids.write_manifest_list_v3`, every data manifest given a ``first_row_id``) and a
 snapshot with ``first-row-id`` = the table's ``next-row-id`` and ``added-rows`` = the row-id range
-assigned, recomputed on every attempt. It names the list with the private ``_new_manifest_list_file_name``, records it in ``_written_manifest_lists`` and reads
-``_target_branch``, ``_snapshot_id`` and ``commit_uuid``. The catalog's metadata file is written by
-:func:`v3_metadata_writer` (``TableMetadataV3.model_dump_json`` refuses), which replaces the private
-``_write_metadata`` of that one catalog object for the length of our commit.
+assigned, recomputed on every attempt. It names the list with the private
+``_new_manifest_list_file_name``, records it in ``_written_manifest_lists`` and reads ``_target_branch``,
+``_snapshot_id`` and ``commit_uuid``. The catalog's metadata file is written by :func:`v3_metadata_writer`
+(``TableMetadataV3.model_dump_json`` refuses), which replaces the private ``_write_metadata`` of that one
+catalog object for the length of our commit.
 
 tests/unit/engine/test_pyiceberg_private_api.py checks every one of these names against the installed
 PyIceberg, and that no other engine module but :mod:`~.io.pyiceberg_internals` uses a private one.
