@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import BooleanExpression
-from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
@@ -468,12 +468,6 @@ def commit_row_delta(
         raise ConfigurationError(
             f"cannot add delete files to {table_name(table)}: v1 tables have no delete files"
         )
-    if table.metadata.format_version >= 3 and added_delete_files:
-        # Java: "Must use DVs for position deletes in V3"; position delete files are v2 only.
-        raise ConfigurationError(
-            f"cannot add position delete files to {table_name(table)}: format version "
-            f"{table.metadata.format_version} tables take deletion vectors only; table left unchanged"
-        )
     return _commit_files(
         table,
         branch=branch,
@@ -540,6 +534,7 @@ def _commit_files(
         return _outcome(table.metadata, found, commit_id, already_committed=True)
 
     files = change()
+    _check_v3_deletes(table.metadata, files, name)
     staged = stage_files(table, files, snapshot_properties)
     try:
         snapshot_id = staged.commit()
@@ -638,6 +633,22 @@ def _check_table(
     ref = metadata.refs.get(branch)
     if ref is not None and ref.snapshot_ref_type != SnapshotRefType.BRANCH:
         raise ConfigurationError(f"{branch} is a tag of {name}, not a branch")
+
+
+def _check_v3_deletes(metadata: TableMetadata, change: FilesChange, name: str) -> None:
+    """v3 takes deletion vectors only (Java's "Must use DVs for position deletes in V3"): this version
+    writes position delete files, never DVs, so none may be added to a v3 table."""
+    if metadata.format_version < 3:
+        return
+    if any(
+        d.delete_file.content == DataFileContent.POSITION_DELETES
+        and d.delete_file.file_format != FileFormat.PUFFIN
+        for d in change.added_deletes
+    ):
+        raise ConfigurationError(
+            f"cannot add position delete files to {name}: format version {metadata.format_version} "
+            "tables take deletion vectors only; table left unchanged"
+        )
 
 
 def _outcome(
