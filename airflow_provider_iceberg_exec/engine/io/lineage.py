@@ -22,7 +22,9 @@ __all__ = [
     "ROW_ID_FIELD_ID",
     "RowLineage",
     "materialise_lineage",
+    "modified_rows_inherit_sequence",
     "with_lineage_columns",
+    "without_lineage",
 ]
 
 ROW_ID_FIELD_ID = 2147483540
@@ -80,3 +82,29 @@ def materialise_lineage(batch: pa.RecordBatch, start: int, lineage: RowLineage) 
         sequence_numbers = pc.coalesce(sequence_numbers, pa.scalar(lineage.data_sequence_number, pa.int64()))
     columns = [*batch.columns[:n_cols], row_ids, sequence_numbers]
     return pa.RecordBatch.from_arrays(columns, schema=batch.schema)
+
+
+def modified_rows_inherit_sequence(batch: pa.RecordBatch, modified: pa.BooleanArray) -> pa.RecordBatch:
+    """Null ``_last_updated_sequence_number`` (the last column) where ``modified``: an updated row keeps
+    its ``_row_id`` and takes the sequence number of the commit that writes it (spec rule 2)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    last = batch.num_columns - 1
+    cleared = pc.if_else(modified, pa.scalar(None, pa.int64()), batch.column(last))
+    return pa.RecordBatch.from_arrays([*batch.columns[:last], cleared], schema=batch.schema)
+
+
+def without_lineage(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """New rows (a table schema batch) with both lineage columns null: they inherit theirs on read."""
+    import pyarrow as pa
+
+    fields = [
+        pa.field(name, pa.int64(), nullable=True, metadata={b"PARQUET:field_id": str(field_id).encode()})
+        for name, field_id in (
+            (ROW_ID, ROW_ID_FIELD_ID),
+            (LAST_UPDATED_SEQUENCE_NUMBER, LAST_UPDATED_SEQUENCE_NUMBER_FIELD_ID),
+        )
+    ]
+    nulls = [pa.nulls(batch.num_rows, pa.int64()) for _field in fields]
+    return pa.RecordBatch.from_arrays([*batch.columns, *nulls], schema=pa.schema([*batch.schema, *fields]))
