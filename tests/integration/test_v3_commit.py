@@ -247,3 +247,42 @@ def test_a_format_version_4_table_is_refused_in_one_line(catalog: SqlCatalog) ->
     ) as err:
         load_table(catalog, "ns.t4")
     assert "\n" not in str(err.value)
+
+
+def test_copy_on_write_keeps_ids_and_updated_rows_take_the_new_sequence_number(
+    catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    from airflow_provider_iceberg_exec.engine.ops.cow import cow_rewrite
+    from tests.integration.compaction_support import limits
+
+    table = _upgraded(catalog)
+    _append(table, 30, 20)
+    table = _reloaded(catalog)
+    before = _lineage(table)
+
+    cow_rewrite(table, operation="delete", where="id = 3 or id = 31", limits=limits(tmp_path))
+    table = _reloaded(catalog)
+    after_delete = _lineage(table)
+    assert after_delete == {i: v for i, v in before.items() if i not in (3, 31)}
+
+    cow_rewrite(
+        table,
+        operation="update",
+        where="id = 5",
+        set_columns={"category": "'updated'"},
+        limits=limits(tmp_path),
+    )
+    table = _reloaded(catalog)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    after_update = _lineage(table)
+    assert after_update[5] == (before[5][0], snapshot.sequence_number)  # same id, this commit's number
+    assert {i: v for i, v in after_update.items() if i != 5} == {
+        i: v for i, v in after_delete.items() if i != 5
+    }
+    first, added, next_row_id = _snapshot_row_ids(table)
+    assert next_row_id == (first or 0) + (added or 0)
+    rows = {r["id"]: r["category"] for r in table.scan().to_arrow().to_pylist()}
+    assert rows[5] == "updated"
+    assert 3 not in rows
+    assert len(rows) == 48

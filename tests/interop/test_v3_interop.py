@@ -17,6 +17,7 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import load_table
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact
+from airflow_provider_iceberg_exec.engine.ops.cow import cow_rewrite
 from tests.interop.fixtures import JavaTables
 from tests.interop.spark import metadata_location
 from tests.interop.tables import V3_DELETION_VECTORS, V3_UPGRADED_MIXED_DELETES, publish_to_spark
@@ -113,6 +114,33 @@ def test_spark_reads_the_same_rows_ids_and_sequence_numbers_after_our_compaction
     assert spark_rows_checksum(again) == rows
     assert _spark_lineage(spark, again) == lineage
     _assert_row_ids_consistent(again)
+
+
+def test_spark_reads_the_lineage_our_copy_on_write_delete_and_update_keep(
+    java_table: JavaTables, spark: SparkSession, catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    """Copied rows keep both values; an updated row keeps its ``_row_id`` and reads our commit's
+    sequence number (we write it null, Java's rule); the deleted row is gone."""
+    built = java_table.fresh(V3_DELETION_VECTORS)
+    before = _spark_lineage(spark, built.metadata_location)
+    table = catalog.register_table("ns.cow", built.metadata_location)
+
+    cow_rewrite(table, operation="delete", where="id = 10", limits=_limits(tmp_path))
+    cow_rewrite(
+        table, operation="update", where="id = 12", set_columns={"v": "'ours'"}, limits=_limits(tmp_path)
+    )
+
+    table.refresh()
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    after = _spark_lineage(spark, table.metadata_location)
+    assert after[12] == (before[12][0], snapshot.sequence_number)
+    assert {i: v for i, v in after.items() if i != 12} == {
+        i: v for i, v in before.items() if i not in (10, 12)
+    }
+    _assert_row_ids_consistent(table.metadata_location)
+    rows = spark.read.format("iceberg").load(table.metadata_location).where("id = 12").collect()
+    assert [r["v"] for r in rows] == ["ours"]
 
 
 def test_a_format_version_4_table_is_refused_unchanged(
