@@ -46,6 +46,7 @@ PyIceberg, and that no other engine module but :mod:`~.io.pyiceberg_internals` u
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -404,6 +405,13 @@ def _next_row_id(metadata: TableMetadata) -> int:
     return value
 
 
+#: catalog objects whose ``_write_metadata`` is ours, with how many commits are using it (threads may share
+#: a catalog): the first installs it, the last puts back what was there.
+_PATCHED: dict[int, tuple[int, Any]] = {}
+_PATCH_LOCK = threading.Lock()
+_ABSENT = object()
+
+
 @contextlib.contextmanager
 def v3_metadata_writer(transaction: Transaction) -> Iterator[None]:
     """While our commit runs, let the table's catalog write format-version 3 metadata files.
@@ -411,24 +419,32 @@ def v3_metadata_writer(transaction: Transaction) -> Iterator[None]:
     Catalogs that write the metadata file themselves (SQL, Glue, Hive) call their static
     ``_write_metadata``, which serialises with ``TableMetadataV3.model_dump_json`` and so raises for v3.
     For the length of the commit this one catalog object writes through
-    :func:`~.meta.table_metadata.write_table_metadata` instead; nothing changes for other catalogs,
-    objects or callers, and a REST catalog, which gets the updates, never calls it.
+    :func:`~.meta.table_metadata.write_table_metadata` instead (identical output for v1 and v2); nothing
+    changes for other catalog objects or classes, and a REST catalog, which gets the updates, never
+    calls it.
     """
     catalog = transaction._table.catalog
     if transaction.table_metadata.format_version < 3 or not hasattr(catalog, "_write_metadata"):
         yield
         return
-    had_own = "_write_metadata" in vars(catalog)
-    previous = vars(catalog).get("_write_metadata")
-
-    def write(metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
-        write_table_metadata(metadata, io.new_output(metadata_path))
-
-    catalog._write_metadata = write  # type: ignore[method-assign]
+    key = id(catalog)
+    with _PATCH_LOCK:
+        users, previous = _PATCHED.get(key, (0, vars(catalog).get("_write_metadata", _ABSENT)))
+        if users == 0:
+            catalog._write_metadata = _write_metadata  # type: ignore[method-assign]
+        _PATCHED[key] = (users + 1, previous)
     try:
         yield
     finally:
-        if had_own:
-            catalog._write_metadata = previous  # type: ignore[method-assign]
-        else:
-            del catalog._write_metadata
+        with _PATCH_LOCK:
+            users, previous = _PATCHED.pop(key)
+            if users > 1:
+                _PATCHED[key] = (users - 1, previous)
+            elif previous is _ABSENT:
+                del catalog._write_metadata
+            else:
+                catalog._write_metadata = previous  # type: ignore[method-assign]
+
+
+def _write_metadata(metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
+    write_table_metadata(metadata, io.new_output(metadata_path))
