@@ -286,3 +286,24 @@ def test_copy_on_write_keeps_ids_and_updated_rows_take_the_new_sequence_number(
     assert rows[5] == "updated"
     assert 3 not in rows
     assert len(rows) == 48
+
+
+def test_a_manifest_rewrite_keeps_every_rows_id(catalog: SqlCatalog) -> None:
+    """Entries are rewritten as EXISTING with the first_row_id they inherited; the new manifests take a
+    fresh range in the list (Java's too), the rows keep their ids."""
+    from airflow_provider_iceberg_exec.engine.ops.manifests import rewrite_manifests
+
+    table = _upgraded(catalog)
+    _append(table, 30, 20)
+    _append(_reloaded(catalog), 50, 5)
+    table = _reloaded(catalog)
+    before = _lineage(table)
+    checksum = live_checksum(table)
+
+    result = rewrite_manifests(table)
+    table = _reloaded(catalog)
+
+    assert result["rewritten_manifests_count"] == 5
+    assert live_checksum(table) == checksum
+    assert _lineage(table) == before
+    assert _snapshot_row_ids(table) == (55, 55, 110)  # the 55 EXISTING rows of the new manifest(s)

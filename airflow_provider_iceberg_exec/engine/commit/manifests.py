@@ -102,17 +102,9 @@ class ManifestRewriteOutcome:
 def check_manifest_rewrite_table(metadata: TableMetadata, branch: str, name: str) -> None:
     """Refuse a table this commit cannot write and a tag as the branch.
 
-    Format version 3 stays refused: the rewrite reads the manifest list with PyIceberg's v2 schema, so
-    it would lose the manifests' ``first_row_id`` and renumber the rows that inherit theirs.
-
     :raises ConfigurationError: with the one-line reason the other commits give.
     """
     check_writable_format(metadata, name)
-    if metadata.format_version >= 3:
-        raise ConfigurationError(
-            f"cannot rewrite the manifests of {name}: format version {metadata.format_version} tables "
-            "are not supported yet (row lineage); table left unchanged"
-        )
     ref = metadata.refs.get(branch)
     if ref is not None and ref.snapshot_ref_type != SnapshotRefType.BRANCH:
         raise ConfigurationError(f"{branch} is a tag of {name}, not a branch")

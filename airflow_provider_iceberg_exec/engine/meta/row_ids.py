@@ -35,6 +35,7 @@ from pyiceberg.manifest import (
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO, OutputFile
+    from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "inherit_first_row_ids",
     "manifest_first_row_id",
     "read_manifest_list",
+    "snapshot_manifests",
     "with_manifest_first_row_id",
     "write_manifest_list_v3",
 ]
@@ -95,6 +97,11 @@ def read_manifest_list(io: FileIO, snapshot: Snapshot) -> list[ManifestFile]:
         read_enums={517: ManifestContent},
     ) as reader:
         return list(reader)
+
+
+def snapshot_manifests(io: FileIO, metadata: TableMetadata, snapshot: Snapshot) -> list[ManifestFile]:
+    """The manifests of ``snapshot``: in the v3 layout on a v3 table, as PyIceberg reads them otherwise."""
+    return read_manifest_list(io, snapshot) if metadata.format_version >= 3 else list(snapshot.manifests(io))
 
 
 def inherit_first_row_ids(
