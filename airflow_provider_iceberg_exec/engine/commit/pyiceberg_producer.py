@@ -369,32 +369,30 @@ def _commit_v3(producer: _SnapshotProducer[Any], metadata: TableMetadata) -> Upd
         first_row_id=first_row_id,
         avro_compression=producer._compression,
     )
-    snapshot = Snapshot(
-        snapshot_id=producer._snapshot_id,
-        parent_snapshot_id=producer._parent_snapshot_id,
-        manifest_list=list_path,
-        sequence_number=sequence_number,
-        summary=summary,
-        schema_id=metadata.current_schema_id,
-        first_row_id=first_row_id,
-        added_rows=next_row_id - first_row_id,
+    # By alias, as the models declare them (PyIceberg's _commit passes field names).
+    snapshot = Snapshot.model_validate(
+        {
+            "snapshot-id": producer._snapshot_id,
+            "parent-snapshot-id": producer._parent_snapshot_id,
+            "manifest-list": list_path,
+            "sequence-number": sequence_number,
+            "summary": summary,
+            "schema-id": metadata.current_schema_id,
+            "first-row-id": first_row_id,
+            "added-rows": next_row_id - first_row_id,
+        }
     )
     branch = producer._target_branch
     if branch is None:  # pragma: no cover - our commits always name a branch
         return (AddSnapshotUpdate(snapshot=snapshot),), ()
     ref = metadata.refs.get(branch)
-    return (
-        (
-            AddSnapshotUpdate(snapshot=snapshot),
-            SetSnapshotRefUpdate(
-                snapshot_id=producer._snapshot_id,
-                parent_snapshot_id=producer._parent_snapshot_id,
-                ref_name=branch,
-                type=SnapshotRefType.BRANCH,
-            ),
-        ),
-        (AssertRefSnapshotId(snapshot_id=ref.snapshot_id if ref is not None else None, ref=branch),),
+    set_ref = SetSnapshotRefUpdate.model_validate(
+        {"ref-name": branch, "type": SnapshotRefType.BRANCH, "snapshot-id": producer._snapshot_id}
     )
+    assert_ref = AssertRefSnapshotId.model_validate(
+        {"ref": branch, "snapshot-id": ref.snapshot_id if ref is not None else None}
+    )
+    return (AddSnapshotUpdate(snapshot=snapshot), set_ref), (assert_ref,)
 
 
 def _next_row_id(metadata: TableMetadata) -> int:
@@ -431,7 +429,7 @@ def v3_metadata_writer(transaction: Transaction) -> Iterator[None]:
     with _PATCH_LOCK:
         users, previous = _PATCHED.get(key, (0, vars(catalog).get("_write_metadata", _ABSENT)))
         if users == 0:
-            catalog._write_metadata = _write_metadata  # type: ignore[method-assign]
+            catalog._write_metadata = _write_metadata
         _PATCHED[key] = (users + 1, previous)
     try:
         yield
@@ -443,7 +441,7 @@ def v3_metadata_writer(transaction: Transaction) -> Iterator[None]:
             elif previous is _ABSENT:
                 del catalog._write_metadata
             else:
-                catalog._write_metadata = previous  # type: ignore[method-assign]
+                catalog._write_metadata = previous
 
 
 def _write_metadata(metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
