@@ -98,8 +98,8 @@ def _lineage(table: Table) -> Lineage:
     ) as manifests:
         for manifest in list(manifests):
             if manifest.content == ManifestContent.DATA:
-                assert manifest[16] is not None, "every data manifest of a v3 list has a first_row_id"
-                found.update(_manifest_lineage(table, manifest, manifest[16]))
+                assert manifest[15] is not None, "every data manifest of a v3 list has a first_row_id"
+                found.update(_manifest_lineage(table, manifest, manifest[15]))
     return found
 
 
