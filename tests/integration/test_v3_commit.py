@@ -307,3 +307,39 @@ def test_a_manifest_rewrite_keeps_every_rows_id(catalog: SqlCatalog) -> None:
     assert live_checksum(table) == checksum
     assert _lineage(table) == before
     assert _snapshot_row_ids(table) == (55, 55, 110)  # the 55 EXISTING rows of the new manifest(s)
+
+
+def test_a_retry_after_a_concurrent_commit_takes_the_next_range(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """first-row-id and added-rows are recomputed on every attempt: the commit that lost the race starts
+    where the winner's range ended, and no two rows share an id."""
+    table = _upgraded(catalog)
+    _append(table, 30, 20)
+    table = _reloaded(catalog)
+    original = catalog.commit_table
+    raced: list[int] = []
+
+    def racing_commit_table(target: Table, requirements: Any, updates: Any) -> Any:
+        if not raced:
+            raced.append(1)
+            other = SqlCatalog(catalog.name, **catalog.properties)
+            _append(other.load_table("ns.t"), 100, 7)  # lands first; ours then fails and retries
+            other.engine.dispose()
+        return original(target, requirements, updates)
+
+    catalog.commit_table = racing_commit_table  # type: ignore[method-assign]
+    try:
+        run_compact(table, tmp_path, options={"rewrite-all": "true"})
+    finally:
+        del catalog.commit_table
+
+    table = _reloaded(catalog)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    parent = table.metadata.snapshot_by_id(snapshot.parent_snapshot_id or -1)
+    assert parent is not None
+    assert parent.summary is not None
+    assert parent.summary.get("iceberg-exec.commit-id") == "append-100"  # the concurrent append
+    assert snapshot.first_row_id == (parent.first_row_id or 0) + (parent.added_rows or 0)
+    assert table.metadata.next_row_id == snapshot.first_row_id + (snapshot.added_rows or 0)  # type: ignore[attr-defined]
+    lineage = _lineage(table)
+    assert len({row_id for row_id, _seq in lineage.values()}) == len(lineage) == 57
