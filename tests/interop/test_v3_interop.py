@@ -18,6 +18,7 @@ from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import load_table
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 from airflow_provider_iceberg_exec.engine.ops.cow import cow_rewrite
+from airflow_provider_iceberg_exec.engine.ops.manifests import rewrite_manifests
 from tests.interop.fixtures import JavaTables
 from tests.interop.spark import metadata_location
 from tests.interop.tables import V3_DELETION_VECTORS, V3_UPGRADED_MIXED_DELETES, publish_to_spark
@@ -141,6 +142,25 @@ def test_spark_reads_the_lineage_our_copy_on_write_delete_and_update_keep(
     _assert_row_ids_consistent(table.metadata_location)
     rows = spark.read.format("iceberg").load(table.metadata_location).where("id = 12").collect()
     assert [r["v"] for r in rows] == ["ours"]
+
+
+def test_spark_reads_the_same_lineage_after_our_manifest_rewrite(
+    java_table: JavaTables, spark: SparkSession, spark_rows_checksum: Checksum, catalog: SqlCatalog
+) -> None:
+    built = java_table.fresh(V3_UPGRADED_MIXED_DELETES)
+    rows, lineage = (
+        spark_rows_checksum(built.metadata_location),
+        _spark_lineage(spark, built.metadata_location),
+    )
+    table = catalog.register_table("ns.manifests", built.metadata_location)
+
+    result = rewrite_manifests(table)
+
+    table.refresh()
+    assert result["rewritten_manifests_count"] > 1
+    assert spark_rows_checksum(table.metadata_location) == rows
+    assert _spark_lineage(spark, table.metadata_location) == lineage
+    _assert_row_ids_consistent(table.metadata_location)
 
 
 def test_a_format_version_4_table_is_refused_unchanged(
