@@ -16,6 +16,7 @@ import pytest
 from pyiceberg.avro.file import AvroFile
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import (
     MANIFEST_ENTRY_SCHEMAS,
@@ -40,6 +41,7 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import (
     COMMIT_ID_PROPERTY,
     CommitOutcome,
     commit_rewrite,
+    commit_row_delta,
 )
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitConflictError,
@@ -638,27 +640,51 @@ def _register_v3_copy(catalog: SqlCatalog, table: Table) -> Table:
     return catalog.register_table("ns.t3", location)
 
 
-def test_v3_table_is_refused_unchanged(catalog: SqlCatalog) -> None:
-    table = _register_v3_copy(catalog, _create(catalog))
+def test_position_delete_files_are_refused_on_v3_unchanged(catalog: SqlCatalog) -> None:
+    """v3 takes deletion vectors only (Java: "Must use DVs for position deletes in V3")."""
+    v2 = _create(catalog)
+    _append_files(v2, 1)
+    table = _register_v3_copy(catalog, v2)
     assert table.format_version == 3
     location = table.metadata_location
     fake = DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path="file:///nowhere.parquet",
+        content=DataFileContent.POSITION_DELETES,
+        file_path="file:///nowhere-deletes.parquet",
         file_format=FileFormat.PARQUET,
         partition=Record(),
         record_count=1,
         file_size_in_bytes=1,
     )
 
-    with pytest.raises(
-        ConfigurationError,
-        match=r"format version 3: PyIceberg 0\.12 cannot write v3 metadata; table left unchanged",
-    ):
-        _commit(table, [fake], [], base_snapshot_id=1)
+    with pytest.raises(ConfigurationError, match=r"take deletion vectors only; table left unchanged$"):
+        commit_row_delta(
+            table,
+            base_snapshot_id=table.metadata.current_snapshot_id,
+            added_data_files=[],
+            added_delete_files=[fake],
+            referenced_data_files=_live_files(table),
+            conflict_detection_filter=AlwaysTrue(),
+            commit_id="c-v3",
+        )
 
     table.refresh()
     assert table.metadata_location == location
+
+
+def test_a_v3_rewrite_commits_and_assigns_row_ids(catalog: SqlCatalog) -> None:
+    v2 = _create(catalog)
+    _append_files(v2, 3)
+    table = _register_v3_copy(catalog, v2)
+    inputs = _live_files(table)
+    rows = table.scan().to_arrow()
+
+    outcome = _commit(table, inputs, _write_output(table, rows))
+
+    table.refresh()
+    assert _checksum(table) == _checksum(rows)
+    snapshot = table.metadata.snapshot_by_id(outcome.snapshot_id)
+    assert snapshot is not None
+    assert (snapshot.first_row_id, snapshot.added_rows, table.metadata.next_row_id) == (0, 30, 30)
 
 
 # -- (9) CommitFailedException and retries --------------------------------------------------------------

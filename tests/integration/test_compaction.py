@@ -311,3 +311,20 @@ def test_output_spec_id_writes_into_an_older_spec(catalog: SqlCatalog, tmp_path:
     assert sorted(f.partition[0] for f in after) == ["apac", "eu", "us"]
     for data_file in after:
         assert_rows_match_partition(table, data_file)
+
+
+def test_sort_over_our_output_and_a_later_pyiceberg_append(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """Our files and PyIceberg's project a string column to large_string and string: the staged sort
+    input must still be one schema (it failed with ArrowInvalid "Schema at index 1 was different")."""
+    arrow = pa.schema([("id", pa.int64()), ("category", pa.string())])
+    table = catalog.create_table("ns.mixed", schema=arrow)
+    for i in range(3):
+        table.append(pa.table({"id": [i], "category": ["a"]}, schema=arrow))
+    run_compact(table, tmp_path, options={"rewrite-all": "true"})
+    table.append(pa.table({"id": [9], "category": ["b"]}, schema=arrow))
+    before = live_checksum(table)
+
+    run_compact(table, tmp_path, options={"rewrite-all": "true"}, strategy="sort", sort_order="id DESC")
+
+    assert live_checksum(table) == before
+    assert len(data_files(table)) == 1

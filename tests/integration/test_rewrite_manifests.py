@@ -444,22 +444,3 @@ def test_a_bad_target_size_property_is_refused(catalog: SqlCatalog) -> None:
         ConfigurationError, match=r"commit\.manifest\.target-size-bytes='big' is not an integer"
     ):
         rewrite_manifests(table)
-
-
-def test_a_v3_table_is_refused_unchanged(catalog: SqlCatalog) -> None:
-    table = _partitioned(catalog)
-    _append_many(table, 3)
-    metadata = json.loads(table.io.new_input(table.metadata_location).open().read())
-    metadata.update({"format-version": 3, "next-row-id": 0})
-    location = table.metadata_location.replace(".metadata.json", "-v3.metadata.json")
-    with table.io.new_output(location).create() as stream:
-        stream.write(json.dumps(metadata).encode())
-    v3 = catalog.register_table("ns.t3", location)
-
-    with pytest.raises(
-        ConfigurationError, match=r"format version 3: PyIceberg 0\.12 cannot write v3 metadata"
-    ):
-        rewrite_manifests(v3)
-
-    v3.refresh()
-    assert v3.metadata_location == location

@@ -13,7 +13,6 @@ from pyiceberg.table import Table
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes.apply import DeleteStats, iter_live_group_batches
-from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
 from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact
@@ -109,19 +108,3 @@ def test_pyiceberg_reads_the_table_once_equality_deletes_are_resolved(
 
     table.refresh()
     assert tuple(sorted(table.scan().to_arrow().column("id").to_pylist())) == built.expected_ids
-
-
-def test_compaction_of_a_v3_table_is_refused_and_leaves_it_unchanged(
-    java_table: JavaTables, catalog: SqlCatalog, tmp_path: Path
-) -> None:
-    built = java_table.fresh(V3_DELETION_VECTORS)
-    table = catalog.register_table("ns.t", built.metadata_location)
-    data_dir = Path(table.location().removeprefix("file:")) / "data"
-    files_before = {p for p in data_dir.rglob("*") if p.is_file()}
-
-    with pytest.raises(ConfigurationError, match="format version 3"):
-        compact(table, options={"rewrite-all": "true"}, limits=_limits(tmp_path))
-
-    table.refresh()
-    assert table.metadata_location == built.metadata_location
-    assert {p for p in data_dir.rglob("*") if p.is_file()} == files_before  # our new files were removed

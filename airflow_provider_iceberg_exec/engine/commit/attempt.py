@@ -52,6 +52,7 @@ from airflow_provider_iceberg_exec.engine.commit.conflicts import validation_his
 from airflow_provider_iceberg_exec.engine.commit.dangling import delete_files_to_remove
 from airflow_provider_iceberg_exec.engine.commit.idempotency import AlreadyCommittedError, find_commit
 from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
+from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
 
 __all__ = ["Attempt", "ManifestRewrite", "prepare_attempt"]
 
@@ -226,8 +227,13 @@ def _split_manifests(
     paths_by_content: dict[ManifestContent, set[str]],
     may_hold: dict[ManifestContent, Callable[[ManifestFile], bool]],
 ) -> None:
-    """Sort the head's manifests into those carried as they are and those that hold a file to remove."""
-    for manifest in head.manifests(io):
+    """Sort the head's manifests into those carried as they are and those that hold a file to remove.
+
+    On v3 the list is read in the v3 layout: carried manifests keep their ``first_row_id``, and the
+    entries of a rewritten one carry the id they inherit.
+    """
+    manifests = read_manifest_list(io, head) if attempt.metadata.format_version >= 3 else head.manifests(io)
+    for manifest in manifests:
         paths = paths_by_content[manifest.content]
         if not paths or not may_hold[manifest.content](manifest):
             attempt.carried.append(manifest)

@@ -29,6 +29,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from airflow_provider_iceberg_exec.engine.commit.idempotency import AlreadyCommittedError, find_commit
 from airflow_provider_iceberg_exec.engine.commit.summary import snapshot_summary_properties
+from airflow_provider_iceberg_exec.engine.meta.row_ids import snapshot_manifests
 
 __all__ = [
     "CREATED_MANIFESTS_COUNT",
@@ -136,7 +137,7 @@ def prepare_manifests_attempt(
     rewrite = plan(io, metadata, head, open_writer)
     if rewrite is None:
         raise NothingToRewriteError(head.snapshot_id)
-    head_manifests = head.manifests(io)
+    head_manifests = snapshot_manifests(io, metadata, head)  # v3: kept manifests keep first_row_id
     validate_manifest_rewrite(head.snapshot_id, head_manifests, rewrite)
     replaced = {m.manifest_path for m in rewrite.replaced}
     kept = [m for m in head_manifests if m.manifest_path not in replaced]

@@ -43,6 +43,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     TableNotFoundError,
 )
 from airflow_provider_iceberg_exec.engine.io.catalog import catalog_errors, table_name
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 
 __all__ = [
     "ManifestRewrite",
@@ -99,15 +100,11 @@ class ManifestRewriteOutcome:
 
 
 def check_manifest_rewrite_table(metadata: TableMetadata, branch: str, name: str) -> None:
-    """Refuse a table this commit cannot write (format version 3) and a tag as the branch.
+    """Refuse a table this commit cannot write and a tag as the branch.
 
     :raises ConfigurationError: with the one-line reason the other commits give.
     """
-    if metadata.format_version >= 3:
-        raise ConfigurationError(
-            f"cannot commit to {name}: format version {metadata.format_version}: PyIceberg 0.12 cannot write "
-            "v3 metadata; table left unchanged"
-        )
+    check_writable_format(metadata, name)
     ref = metadata.refs.get(branch)
     if ref is not None and ref.snapshot_ref_type != SnapshotRefType.BRANCH:
         raise ConfigurationError(f"{branch} is a tag of {name}, not a branch")

@@ -29,21 +29,43 @@ wrote; after an unknown outcome it deletes nothing.
 :func:`~.manifest_attempt.prepare_manifests_attempt`, and appends the ``optimized-m-<uuid>.avro``
 manifests it names itself to ``_written_manifests``, so that PyIceberg's cleanup deletes them too.
 
+Format version 3 (PyIceberg 0.12 cannot write it): on a v3 table both producers' ``_commit`` is
+:func:`_commit_v3`, PyIceberg's ``_commit`` with our manifest list
+(:func:`~.meta.row_ids.write_manifest_list_v3`, every data manifest given a ``first_row_id``) and a
+snapshot with ``first-row-id`` = the table's ``next-row-id`` and ``added-rows`` = the row-id range
+assigned, recomputed on every attempt. It names the list with the private
+``_new_manifest_list_file_name``, records it in ``_written_manifest_lists`` and reads ``_target_branch``,
+``_snapshot_id`` and ``commit_uuid``. The catalog's metadata file is written by :func:`v3_metadata_writer`
+(``TableMetadataV3.model_dump_json`` refuses), which replaces the private ``_write_metadata`` of that one
+catalog object for the length of our commit.
+
 tests/unit/engine/test_pyiceberg_private_api.py checks every one of these names against the installed
 PyIceberg, and that no other engine module but :mod:`~.io.pyiceberg_internals` uses a private one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from pyiceberg.io import OutputFile
+from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestFile, ManifestWriter
 from pyiceberg.table import Table, Transaction
-from pyiceberg.table.snapshots import Operation, Summary
-from pyiceberg.table.update import TableUpdate, UpdatesAndRequirements
-from pyiceberg.table.update.snapshot import _SnapshotProducer
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import Operation, Snapshot, Summary
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    AssertRefSnapshotId,
+    SetSnapshotRefUpdate,
+    TableUpdate,
+    UpdatesAndRequirements,
+)
+from pyiceberg.table.update.snapshot import _new_manifest_list_file_name, _SnapshotProducer
 from pyiceberg.typedef import EMPTY_DICT
 
 from airflow_provider_iceberg_exec.engine.commit.attempt import Attempt, prepare_attempt
@@ -55,6 +77,8 @@ from airflow_provider_iceberg_exec.engine.commit.manifest_attempt import (
 )
 from airflow_provider_iceberg_exec.engine.commit.summary import snapshot_summary_properties
 from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
+from airflow_provider_iceberg_exec.engine.meta.row_ids import write_manifest_list_v3
+from airflow_provider_iceberg_exec.engine.meta.table_metadata import write_table_metadata
 
 __all__ = [
     "FilesProducer",
@@ -64,6 +88,7 @@ __all__ = [
     "apply_updates",
     "stage_files",
     "stage_manifests",
+    "v3_metadata_writer",
 ]
 
 
@@ -99,6 +124,8 @@ class FilesProducer(_SnapshotProducer["FilesProducer"]):
         self._attempt = prepare_attempt(
             self._change, self._io, self._transaction.table_metadata, self._parent_snapshot_id
         )
+        if self._attempt.metadata.format_version >= 3:
+            return _commit_v3(self, self._attempt.metadata)
         return super()._commit()
 
     def _deleted_entries(self) -> list[ManifestEntry]:
@@ -165,7 +192,8 @@ class StagedFiles:
             # Nothing has reached the catalog yet, so whatever this attempt wrote is unreferenced.
             self.producer._clean_all_uncommitted()
             raise
-        self.transaction.commit_transaction()  # catalog commit, with PyIceberg's retry loop
+        with v3_metadata_writer(self.transaction):
+            self.transaction.commit_transaction()  # catalog commit, with PyIceberg's retry loop
         return self.producer.snapshot_id
 
 
@@ -230,6 +258,9 @@ class ManifestsProducer(_SnapshotProducer["ManifestsProducer"]):
             commit_id=self._commit_id,
             open_writer=self._new_writer,
         )
+        metadata = self._transaction.table_metadata
+        if metadata.format_version >= 3:
+            return _commit_v3(self, metadata)
         return super()._commit()
 
     def _deleted_entries(self) -> list[ManifestEntry]:
@@ -287,7 +318,8 @@ class StagedManifests:
         except BaseException:
             self.producer._clean_all_uncommitted()
             raise
-        self.transaction.commit_transaction()
+        with v3_metadata_writer(self.transaction):
+            self.transaction.commit_transaction()
         return self.producer.attempt
 
 
@@ -310,3 +342,107 @@ def stage_manifests(
         snapshot_properties=snapshot_properties,
     )
     return StagedManifests(transaction, producer)
+
+
+def _commit_v3(producer: _SnapshotProducer[Any], metadata: TableMetadata) -> UpdatesAndRequirements:
+    """PyIceberg's ``_SnapshotProducer._commit`` for a format-version 3 table, Java 1.10's way.
+
+    The snapshot's ``first-row-id`` is the table's ``next-row-id`` of this attempt's metadata, and
+    ``added-rows`` the size of the row-id range the manifest list assigned (Java's ``SnapshotProducer``),
+    so a retry against refreshed metadata recomputes both.
+    """
+    first_row_id = _next_row_id(metadata)
+    new_manifests = producer._manifests()
+    sequence_number = metadata.next_sequence_number()
+    summary = producer._summary(producer.snapshot_properties)
+    file_name = _new_manifest_list_file_name(
+        snapshot_id=producer._snapshot_id, attempt=0, commit_uuid=producer.commit_uuid
+    )
+    list_path = producer._transaction._table.location_provider().new_metadata_location(file_name)
+    producer._written_manifest_lists.append(list_path)
+    next_row_id = write_manifest_list_v3(
+        producer._io.new_output(list_path),
+        new_manifests,
+        snapshot_id=producer._snapshot_id,
+        parent_snapshot_id=producer._parent_snapshot_id,
+        sequence_number=sequence_number,
+        first_row_id=first_row_id,
+        avro_compression=producer._compression,
+    )
+    # By alias, as the models declare them (PyIceberg's _commit passes field names).
+    snapshot = Snapshot.model_validate(
+        {
+            "snapshot-id": producer._snapshot_id,
+            "parent-snapshot-id": producer._parent_snapshot_id,
+            "manifest-list": list_path,
+            "sequence-number": sequence_number,
+            "summary": summary,
+            "schema-id": metadata.current_schema_id,
+            "first-row-id": first_row_id,
+            "added-rows": next_row_id - first_row_id,
+        }
+    )
+    branch = producer._target_branch
+    if branch is None:  # pragma: no cover - our commits always name a branch
+        return (AddSnapshotUpdate(snapshot=snapshot),), ()
+    ref = metadata.refs.get(branch)
+    set_ref = SetSnapshotRefUpdate.model_validate(
+        {"ref-name": branch, "type": SnapshotRefType.BRANCH, "snapshot-id": producer._snapshot_id}
+    )
+    assert_ref = AssertRefSnapshotId.model_validate(
+        {"ref": branch, "snapshot-id": ref.snapshot_id if ref is not None else None}
+    )
+    return (AddSnapshotUpdate(snapshot=snapshot), set_ref), (assert_ref,)
+
+
+def _next_row_id(metadata: TableMetadata) -> int:
+    value = getattr(metadata, "next_row_id", None)
+    if not isinstance(value, int):
+        # Java requires next-row-id in v3 metadata (TableMetadataParser); PyIceberg would set it to None.
+        raise ValueError("format-version 3 table metadata without next-row-id; table left unchanged")
+    return value
+
+
+#: catalog objects whose ``_write_metadata`` is ours, with how many commits are using it (threads may share
+#: a catalog): the first installs it, the last puts back what was there.
+_PATCHED: dict[int, tuple[int, Any]] = {}
+_PATCH_LOCK = threading.Lock()
+_ABSENT = object()
+
+
+@contextlib.contextmanager
+def v3_metadata_writer(transaction: Transaction) -> Iterator[None]:
+    """While our commit runs, let the table's catalog write format-version 3 metadata files.
+
+    Catalogs that write the metadata file themselves (SQL, Glue, Hive) call their static
+    ``_write_metadata``, which serialises with ``TableMetadataV3.model_dump_json`` and so raises for v3.
+    For the length of the commit this one catalog object writes through
+    :func:`~.meta.table_metadata.write_table_metadata` instead (identical output for v1 and v2); nothing
+    changes for other catalog objects or classes, and a REST catalog, which gets the updates, never
+    calls it.
+    """
+    catalog = transaction._table.catalog
+    if transaction.table_metadata.format_version < 3 or not hasattr(catalog, "_write_metadata"):
+        yield
+        return
+    key = id(catalog)
+    with _PATCH_LOCK:
+        users, previous = _PATCHED.get(key, (0, vars(catalog).get("_write_metadata", _ABSENT)))
+        if users == 0:
+            catalog._write_metadata = _write_metadata
+        _PATCHED[key] = (users + 1, previous)
+    try:
+        yield
+    finally:
+        with _PATCH_LOCK:
+            users, previous = _PATCHED.pop(key)
+            if users > 1:
+                _PATCHED[key] = (users - 1, previous)
+            elif previous is _ABSENT:
+                del catalog._write_metadata
+            else:
+                catalog._write_metadata = previous
+
+
+def _write_metadata(metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
+    write_table_metadata(metadata, io.new_output(metadata_path))

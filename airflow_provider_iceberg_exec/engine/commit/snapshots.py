@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import BooleanExpression
-from pyiceberg.manifest import DataFile, DataFileContent
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
@@ -69,6 +69,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
     TableNotFoundError,
 )
 from airflow_provider_iceberg_exec.engine.io.catalog import catalog_errors, table_name
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.manifests import to_record_layout
 
 # The commit API: the commit functions, their options and results, and the commit-id look-ups the
@@ -533,6 +534,7 @@ def _commit_files(
         return _outcome(table.metadata, found, commit_id, already_committed=True)
 
     files = change()
+    _check_v3_deletes(table.metadata, files, name)
     staged = stage_files(table, files, snapshot_properties)
     try:
         snapshot_id = staged.commit()
@@ -625,16 +627,28 @@ def _check_overwrite_arguments(
 def _check_table(
     metadata: TableMetadata, branch: str, name: str, removed_deletes: Sequence[DataFile]
 ) -> None:
-    if metadata.format_version >= 3:
-        raise ConfigurationError(
-            f"cannot commit to {name}: format version {metadata.format_version}: PyIceberg 0.12 cannot write "
-            "v3 metadata; table left unchanged"
-        )
+    check_writable_format(metadata, name)
     if metadata.format_version == 1 and removed_deletes:
         raise ConfigurationError(f"cannot remove delete files from {name}: v1 tables have no delete files")
     ref = metadata.refs.get(branch)
     if ref is not None and ref.snapshot_ref_type != SnapshotRefType.BRANCH:
         raise ConfigurationError(f"{branch} is a tag of {name}, not a branch")
+
+
+def _check_v3_deletes(metadata: TableMetadata, change: FilesChange, name: str) -> None:
+    """v3 takes deletion vectors only (Java's "Must use DVs for position deletes in V3"): this version
+    writes position delete files, never DVs, so none may be added to a v3 table."""
+    if metadata.format_version < 3:
+        return
+    if any(
+        d.delete_file.content == DataFileContent.POSITION_DELETES
+        and d.delete_file.file_format != FileFormat.PUFFIN
+        for d in change.added_deletes
+    ):
+        raise ConfigurationError(
+            f"cannot add position delete files to {name}: format version {metadata.format_version} "
+            "tables take deletion vectors only; table left unchanged"
+        )
 
 
 def _outcome(

@@ -124,6 +124,8 @@ class BaseFiles:
         """
         from pyiceberg.manifest import DataFileContent
 
+        from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
+
         if removed and (self.missing or self.base_snapshot_id is None):
             raise DataFileCodecError(f"base snapshot {self.base_snapshot_id} is not a snapshot of the table")
         position_deletes: dict[tuple[str, int | None], int] = {}
@@ -135,6 +137,12 @@ class BaseFiles:
                 why = "was not live" if not self.filtered else "was not live or cannot match the predicate"
                 raise DataFileCodecError(
                     f"removed file {path} {why} in base snapshot {self.base_snapshot_id}"
+                )
+            if first_row_id(data_file) != first_row_id(scanned.data_file):
+                # v3: the rewrite materialised _row_id from the first_row_id it was given
+                raise DataFileCodecError(
+                    f"removed file {path} has first_row_id {first_row_id(scanned.data_file)} in the base "
+                    f"snapshot, the result says {first_row_id(data_file)}; plan again"
                 )
             claimed = applied[path]
             if int(claimed["data-sequence-number"]) != scanned.data_sequence_number:

@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes.matches import equality_matches
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
+from airflow_provider_iceberg_exec.engine.io.lineage import RowLineage
 from airflow_provider_iceberg_exec.engine.io.read import (
     ProjectionCache,
     iter_data_file_batches,
     read_batch_rows,
 )
+from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
 from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker
 
@@ -60,6 +62,7 @@ def iter_live_group_batches(
     spill_dir: str,
     stats: DeleteStats,
     progress: Tracker = NOT_TRACKED,
+    row_lineage: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the live rows of ``files`` in the table schema, in file order: every applying delete applied.
 
@@ -71,6 +74,9 @@ def iter_live_group_batches(
     :param files: the data files with the delete files that apply to each (from the scan or the task).
     :param stats: filled in while the stream is consumed.
     :param progress: advanced by each data file once it is read (on the thread that reads).
+    :param row_lineage: the rows also carry ``_row_id`` and ``_last_updated_sequence_number`` (the last
+        two columns), materialised from each file's ``first_row_id``, positions before deletes and data
+        sequence number (:mod:`~.io.lineage`): what a v3 rewrite writes.
     :raises DataFileReadError: when a data or delete file is missing or malformed.
     :raises ConfigurationError: for an equality delete on a field found in no schema, or a nested field.
     """
@@ -102,6 +108,9 @@ def iter_live_group_batches(
             format_version=metadata.format_version,
             batch_size=read_batch_rows(data_file, limits.batch_size),
             cache=cache,
+            lineage=RowLineage(first_row_id(data_file), scanned.data_sequence_number)
+            if row_lineage
+            else None,
         )
         yield from _drop_positions(batches, deleted_positions(io, scanned), matches.of(ordinal), stats)
         progress.advance(files=1, bytes_done=data_file.file_size_in_bytes)

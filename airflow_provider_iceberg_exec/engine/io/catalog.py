@@ -269,7 +269,7 @@ def load_table(catalog: Catalog, name: str) -> Table:
 
     :raises TableNotFoundError: when the namespace or the table does not exist.
     """
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, ValidationError
 
     identifier = parse_table_name(name)
     with catalog_errors(catalog.name):
@@ -277,4 +277,21 @@ def load_table(catalog: Catalog, name: str) -> Table:
             return catalog.load_table(identifier)
         except (NoSuchTableError, NoSuchNamespaceError) as err:
             raise TableNotFoundError(f"table {name!r} not found in catalog {catalog.name!r}") from err
+        except ValidationError as err:
+            if (version := _unknown_format_version(err)) is None:
+                raise
+            raise ConfigurationError(
+                f"table {name!r} in catalog {catalog.name!r}: format version {version} is not supported "
+                "(at most 3); table left unchanged"
+            ) from err
     raise AssertionError("unreachable")  # pragma: no cover - catalog_errors re-raises
+
+
+def _unknown_format_version(err: Exception) -> str | None:
+    """The format version PyIceberg's metadata parser did not know (Java 1.10 writes up to 4), if that
+    was the failure; pydantic words it "Input tag '4' found using 'format_version' ..."."""
+    text = str(err)
+    match = re.search(r"Input tag '(\d+)' found using 'format_version'", text) or re.search(
+        r"Unknown format version: (\d+)", text
+    )
+    return match.group(1) if match else None

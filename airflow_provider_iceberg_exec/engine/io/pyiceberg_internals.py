@@ -12,9 +12,9 @@ PyIceberg has no public API for what these small functions do; each wraps the pr
   (``pyiceberg.expressions.visitors._StrictMetricsEvaluator``);
 - :func:`inherit_from_manifest`: sequence numbers and spec id an entry inherits from its manifest
   (``pyiceberg.manifest._inherit_from_manifest``);
-- :func:`open_manifest_writer`: PyIceberg's v1 / v2 manifest writer with the file and record schemas,
-  the entry conversion and the extra metadata of our choice (overriding ``new_writer``, ``add_entry``,
-  ``content`` and the private ``_meta`` property; reading ``_output_file``).
+- :func:`open_manifest_writer`: PyIceberg's v1 / v2 manifest writer (and a v3 one made from v2's) with
+  the file and record schemas, the entry conversion and the extra metadata of our choice (overriding
+  ``new_writer``, ``add_entry``, ``content`` and the private ``_meta`` property; reading ``_output_file``).
 
 tests/unit/engine/test_pyiceberg_private_api.py checks every one of these names against the installed
 PyIceberg, and that no other engine module but :mod:`~.commit.pyiceberg_producer` uses a private one.
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile, ManifestFile
     from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
+    from pyiceberg.typedef import TableVersion
 
 __all__ = [
     "batch_projection",
@@ -145,17 +146,22 @@ def open_manifest_writer(
     prepare: PrepareEntry,
     extra_metadata: Mapping[str, str],
 ) -> ManifestWriter:
-    """PyIceberg's manifest writer for format version 1 or 2, with our schemas, entries and metadata.
+    """PyIceberg's manifest writer for format version 1, 2 or 3, with our schemas, entries and metadata.
+
+    PyIceberg 0.12 has no v3 writer: ours is its v2 writer with ``format-version`` 3 in the metadata
+    (the file schema, entries and ``content`` key are ours, as for v2).
 
     :param content: the manifest content (v2; a v1 manifest is always ``DATA``).
     :param file_schema: the Avro file schema of the manifest entries.
     :param record_schema: the schema of the entries given to ``add_entry`` (after ``prepare``).
     :param prepare: applied to every entry before it is counted and written.
-    :param extra_metadata: Avro file metadata added to (or replacing) PyIceberg's (v2 only).
+    :param extra_metadata: Avro file metadata added to (or replacing) PyIceberg's (v2 and v3).
     """
     layout = _EntryLayout(file_schema, record_schema, prepare, content, dict(extra_metadata))
     if format_version == 1:
         return _ManifestWriterV1(spec, schema, output_file, snapshot_id, avro_compression, layout)
+    if format_version == 3:
+        return _ManifestWriterV3(spec, schema, output_file, snapshot_id, avro_compression, layout)
     return _ManifestWriterV2(spec, schema, output_file, snapshot_id, avro_compression, layout)
 
 
@@ -282,3 +288,11 @@ class _ManifestWriterV2(ManifestWriterV2):
 
     def add_entry(self, entry: ManifestEntry) -> ManifestWriter:
         return super().add_entry(self.entry_layout.prepare(entry))
+
+
+class _ManifestWriterV3(_ManifestWriterV2):
+    """Our v2 writer declaring format version 3 (the ``format-version`` key of ``_meta``)."""
+
+    @property
+    def version(self) -> TableVersion:
+        return 3

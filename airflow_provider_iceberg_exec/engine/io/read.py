@@ -18,6 +18,11 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
+from airflow_provider_iceberg_exec.engine.io.lineage import (
+    RowLineage,
+    materialise_lineage,
+    with_lineage_columns,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -167,12 +172,17 @@ def iter_data_file_batches(
     format_version: int,
     batch_size: int,
     cache: ProjectionCache | None = None,
+    lineage: RowLineage | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream one data file's rows in ``table_schema`` (with field ids), in file order.
 
     Row positions are the running row count, because batches come in file order and unfiltered.
 
     :param cache: shared by the files of one stream (one table schema and format version).
+    :param lineage: for a v3 rewrite: the rows also carry ``_row_id`` and
+        ``_last_updated_sequence_number`` (last two columns), inherited values made explicit
+        (:mod:`.lineage`).
+
     :raises DataFileReadError: when the file is missing or is not readable Parquet.
     :raises ConfigurationError: when the file has no field ids and the table has no name mapping.
     """
@@ -189,11 +199,12 @@ def iter_data_file_batches(
             parquet = pq.ParquetFile(stream, pre_buffer=False, buffer_size=_READ_BUFFER_BYTES)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
             raise DataFileReadError(f"data file {path} is not readable Parquet: {err}") from err
+        read_schema = with_lineage_columns(table_schema) if lineage is not None else table_schema
         project = _projection(
             data_file,
             parquet.schema_arrow,
             cache or ProjectionCache(),
-            table_schema,
+            read_schema,
             spec,
             name_mapping,
             format_version,
@@ -203,8 +214,9 @@ def iter_data_file_batches(
             for batch in parquet.iter_batches(
                 batch_size=batch_size, columns=project.columns, use_threads=False
             ):
-                read_rows += batch.num_rows
-                yield project(batch)
+                start, read_rows = read_rows, read_rows + batch.num_rows
+                projected = project(batch)
+                yield projected if lineage is None else materialise_lineage(projected, start, lineage)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
             raise DataFileReadError(f"data file {path} is corrupt: {err}") from err
         if read_rows != data_file.record_count:
@@ -234,7 +246,8 @@ def _projection(
         partition_projection_values,
     )
 
-    key = arrow_schema.serialize().to_pybytes()
+    # The read schema is part of the key: a stream with row lineage reads two more columns.
+    key = arrow_schema.serialize().to_pybytes() + str(table_schema.field_ids).encode()
 
     def to_iceberg() -> Schema:
         try:

@@ -238,15 +238,20 @@ def sort_for_output(
     stage_path = f"{spill_dir}.stage"
     stage = StagedParquet(stage_path)
     width = 0
+    staged_schema: pa.Schema | None = None
     try:
         for batch in batches:
             width = batch.num_columns
-            stage.write(
-                pa.RecordBatch.from_arrays(
-                    [*batch.columns, *(fn(batch) for _name, fn in computed)],
-                    names=[*batch.schema.names, *(name for name, _fn in computed)],
-                )
+            staged = pa.RecordBatch.from_arrays(
+                [*batch.columns, *(fn(batch) for _name, fn in computed)],
+                names=[*batch.schema.names, *(name for name, _fn in computed)],
             )
+            # Files of one table project to string or large_string as each was written: stage one schema.
+            if staged_schema is None:
+                staged_schema = staged.schema
+            elif not staged.schema.equals(staged_schema):
+                staged = staged.cast(staged_schema)
+            stage.write(staged)
         if not stage.close():
             return
         # Freed staging buffers stay cached in PyArrow's allocator unless handed back now.

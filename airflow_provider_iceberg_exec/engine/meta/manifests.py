@@ -8,7 +8,11 @@ module:
 - reads every manifest into the v3 ``data_file`` layout (a superset of v1 and v2, same positions for
   the first 16 fields), keeping ``referenced_data_file``;
 - writes v1 and v2 manifests from that layout, for either content (``data`` or ``deletes``), with the
-  v2 file schema extended by field 143 and the ``schema-id`` key the v2 spec requires.
+  v2 file schema extended by field 143 and the ``schema-id`` key the v2 spec requires;
+- writes v3 manifests as Java 1.10 does: the v3 ``data_file`` type (fields 142-145) and the metadata
+  keys ``schema``, ``partition-spec``, ``partition-spec-id``, ``format-version`` and ``content`` (no
+  ``schema-id``). ADDED entries get a null ``first_row_id`` (inherited from the manifest list); EXISTING
+  and DELETED entries carry the id they were read with (:mod:`.row_ids`).
 
 The writers are PyIceberg's, subclassed in :mod:`~.io.pyiceberg_internals` (the one module of reading
 and writing that touches PyIceberg's private API); this module gives them the schemas, the entry
@@ -50,6 +54,11 @@ from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import (
     inherit_from_manifest,
     open_manifest_writer,
 )
+from airflow_provider_iceberg_exec.engine.meta.row_ids import (
+    FIRST_ROW_ID_FIELD_ID,
+    first_row_id,
+    inherit_first_row_ids,
+)
 
 __all__ = [
     "REFERENCED_DATA_FILE_FIELD_ID",
@@ -59,6 +68,7 @@ __all__ = [
     "referenced_data_file",
     "to_record_layout",
     "v3_field",
+    "with_first_row_id",
 ]
 
 #: ``data_file.referenced_data_file``: the data file every delete in a delete file points at.
@@ -73,6 +83,13 @@ _REFERENCED_DATA_FILE_POS = next(
     pos
     for pos, field in enumerate(DATA_FILE_TYPE[_RECORD_VERSION].fields)
     if field.field_id == REFERENCED_DATA_FILE_FIELD_ID
+)
+
+
+_FIRST_ROW_ID_POS = next(
+    pos
+    for pos, field in enumerate(DATA_FILE_TYPE[_RECORD_VERSION].fields)
+    if field.field_id == FIRST_ROW_ID_FIELD_ID
 )
 
 
@@ -93,6 +110,13 @@ def to_record_layout(data_file: DataFile) -> DataFile:
     # PyIceberg's writers leave spec_id unset; callers then fall back to the table's default spec.
     with contextlib.suppress(AttributeError):
         padded.spec_id = data_file.spec_id
+    return padded
+
+
+def with_first_row_id(data_file: DataFile, value: int | None) -> DataFile:
+    """``data_file`` in the v3 layout with ``first_row_id`` set to ``value`` (a copy when padded)."""
+    padded = to_record_layout(data_file)
+    padded[_FIRST_ROW_ID_POS] = value
     return padded
 
 
@@ -124,7 +148,8 @@ def read_manifest_entries(
     """Read a manifest's entries in the v3 layout, with sequence numbers and spec id inherited.
 
     Same as :meth:`pyiceberg.manifest.ManifestFile.fetch_manifest_entry` except for the read schema,
-    which keeps ``referenced_data_file``.
+    which keeps ``referenced_data_file``, and, for a manifest read in the v3 layout
+    (:func:`~.row_ids.read_manifest_list`), the ``first_row_id`` each data file inherits.
 
     :param io: the table's FileIO.
     :param manifest: a manifest-list entry.
@@ -139,7 +164,7 @@ def read_manifest_entries(
     ) as reader:
         return [
             inherit_from_manifest(entry, manifest)
-            for entry in reader
+            for entry in inherit_first_row_ids(reader, manifest)
             if not discard_deleted or entry.status != ManifestEntryStatus.DELETED
         ]
 
@@ -178,6 +203,17 @@ def _entry_schema(spec: PartitionSpec, schema: Schema, version: TableVersion) ->
     return manifest_entry_schema_with_data_file(format_version=version, data_file=data_file_type)
 
 
+def _without_first_row_id(data_file: DataFile) -> DataFile:
+    if first_row_id(data_file) is None:
+        return data_file
+    values = [data_file[pos] for pos in range(len(data_file))]
+    values[_FIRST_ROW_ID_POS] = None
+    copied = DataFile(*values)
+    with contextlib.suppress(AttributeError):
+        copied.spec_id = data_file.spec_id
+    return copied
+
+
 def _in_record_layout(entry: ManifestEntry) -> ManifestEntry:
     return ManifestEntry.from_args(
         status=entry.status,
@@ -198,10 +234,10 @@ def new_manifest_writer(
     snapshot_id: int,
     avro_compression: AvroCompressionCodec,
 ) -> ManifestWriter:
-    """Open a manifest writer for a v1 or v2 table; use it as a context manager.
+    """Open a manifest writer for a v1, v2 or v3 table; use it as a context manager.
 
-    :param format_version: the table's format version, 1 or 2.
-    :param content: ``DATA`` or ``DELETES`` (v2 only).
+    :param format_version: the table's format version, 1, 2 or 3.
+    :param content: ``DATA`` or ``DELETES`` (v2 and v3).
     :param spec: the partition spec of every file written.
     :param schema: the table's current schema.
     :param output_file: where the manifest goes.
@@ -209,7 +245,7 @@ def new_manifest_writer(
     :param avro_compression: the table's ``write.avro.compression-codec``.
     :returns: a writer whose :meth:`~pyiceberg.manifest.ManifestWriter.to_manifest_file` gives the
         manifest-list entry (sequence numbers left for the manifest-list writer to assign).
-    :raises ValueError: for format version 3 or more, or delete content in a v1 table.
+    :raises ValueError: for format version 4 or more, or delete content in a v1 table.
     """
     prepare: Callable[[ManifestEntry], ManifestEntry]
     if format_version == 1:
@@ -225,6 +261,11 @@ def new_manifest_writer(
             "schema-id": str(schema.schema_id),
         }
         file_schema = _entry_schema(spec, schema, 2)
+    elif format_version == 3:
+        prepare = _content_checked(content, v3=True)
+        # Java 1.10's v3 writer: no schema-id (ManifestWriter.V3Writer).
+        extra_metadata = {"content": "deletes" if content == ManifestContent.DELETES else "data"}
+        file_schema = _entry_schema(spec, schema, 3)
     else:
         raise ValueError(f"cannot write manifests for format version {format_version}")
     return open_manifest_writer(
@@ -242,14 +283,23 @@ def new_manifest_writer(
     )
 
 
-def _content_checked(content: ManifestContent) -> Callable[[ManifestEntry], ManifestEntry]:
-    """Convert an entry to the record layout, refusing a file of the other content."""
+def _content_checked(
+    content: ManifestContent, *, v3: bool = False
+) -> Callable[[ManifestEntry], ManifestEntry]:
+    """Convert an entry to the record layout, refusing a file of the other content.
+
+    With ``v3``, an ADDED entry's ``first_row_id`` is written null: it is inherited from the manifest
+    list (spec "Row Lineage"), and Java never writes one for ADDED entries.
+    """
 
     def prepare(entry: ManifestEntry) -> ManifestEntry:
         is_delete_file = entry.data_file.content != DataFileContent.DATA
         if is_delete_file != (content == ManifestContent.DELETES):
             raise ValueError(f"cannot write {entry.data_file.content!r} into a {content!r} manifest")
-        return _in_record_layout(entry)
+        prepared = _in_record_layout(entry)
+        if v3 and (entry.status == ManifestEntryStatus.ADDED or is_delete_file):
+            prepared.data_file = _without_first_row_id(prepared.data_file)
+        return prepared
 
     return prepare
 
@@ -273,6 +323,6 @@ def iter_manifest_entries(
         read_types={-1: ManifestEntry, 2: DataFile},
         read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
     ) as reader:
-        for entry in reader:
+        for entry in inherit_first_row_ids(reader, manifest):
             if not discard_deleted or entry.status != ManifestEntryStatus.DELETED:
                 yield inherit_from_manifest(entry, manifest)

@@ -4,7 +4,7 @@ that apply to each of them by the spec's rules (sequence numbers, spec and parti
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -14,7 +14,7 @@ from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.io import FileIO
-    from pyiceberg.manifest import DataFile, ManifestEntry
+    from pyiceberg.manifest import DataFile, ManifestEntry, ManifestFile
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
@@ -137,10 +137,13 @@ def scan_snapshot(
     from pyiceberg.table import ManifestGroupPlanner
 
     from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
+    from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
 
     if row_filter is None:
         row_filter = AlwaysTrue()
-    manifests = snapshot.manifests(io)
+    v3 = metadata.format_version >= 3
+    # v3: the list in the v3 layout, so that data files get the first_row_id they inherit.
+    manifests = read_manifest_list(io, snapshot) if v3 else snapshot.manifests(io)
     data_manifests = [m for m in manifests if m.content == ManifestContent.DATA]
     delete_manifests = [m for m in manifests if m.content == ManifestContent.DELETES]
     planner = ManifestGroupPlanner(metadata, io, row_filter)
@@ -149,6 +152,8 @@ def scan_snapshot(
         for e in chain.from_iterable(planner.plan_manifest_entries(data_manifests))
         if e.data_file.content == DataFileContent.DATA
     ]
+    if v3:
+        data_entries = _with_first_row_ids(io, data_manifests, data_entries)
     # The engine's reader keeps referenced_data_file, which PyIceberg's v2 read schema drops.
     delete_entries = list(
         chain.from_iterable(read_manifest_entries(io, m, discard_deleted=True) for m in delete_manifests)
@@ -171,6 +176,27 @@ def scan_snapshot(
             for e in sorted(delete_entries, key=lambda e: e.data_file.file_path)
         ),
     )
+
+
+def _with_first_row_ids(
+    io: FileIO, data_manifests: Sequence[ManifestFile], entries: list[ManifestEntry]
+) -> list[ManifestEntry]:
+    """``entries`` (PyIceberg's v2 read, no ``first_row_id``) with the id each data file inherits.
+
+    The ids come from a second read of the data manifests by our reader (each file's id depends on every
+    entry before it, which PyIceberg's planner prunes): twice the manifest reading, on v3 tables only.
+    """
+    from airflow_provider_iceberg_exec.engine.meta.manifests import iter_manifest_entries, with_first_row_id
+    from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
+
+    ids = {
+        entry.data_file.file_path: first_row_id(entry.data_file)
+        for manifest in data_manifests
+        for entry in iter_manifest_entries(io, manifest)
+    }
+    for entry in entries:
+        entry.data_file = with_first_row_id(entry.data_file, ids.get(entry.data_file.file_path))
+    return entries
 
 
 def is_file_scoped(delete_file: DataFile) -> bool:

@@ -50,6 +50,11 @@ FENCE_NAMES = {
         "_apply",
         # ManifestsProducer records its optimized-m-*.avro manifests there for PyIceberg's cleanup
         "_written_manifests",
+        # format version 3: _commit_v3 names and records the manifest list as PyIceberg's _commit does
+        "_new_manifest_list_file_name",
+        "_written_manifest_lists",
+        "_target_branch",
+        "_table",
     },
     IO_FENCE: {
         "_to_requested_schema",
@@ -318,6 +323,37 @@ def test_transaction_retry_loop_drives_the_producer_hooks() -> None:
     ):
         assert name in source, name
     assert _parameters(Transaction._apply) == ["self", "updates", "requirements"]
+
+
+def test_v3_commit_internals(table) -> None:
+    """_commit_v3 repeats PyIceberg's _commit: the list's name, where it is recorded, the branch."""
+    import uuid
+
+    from pyiceberg.table.update.snapshot import _new_manifest_list_file_name, _SnapshotProducer
+
+    commit_uuid = uuid.uuid4()
+    assert _new_manifest_list_file_name(snapshot_id=7, attempt=0, commit_uuid=commit_uuid) == (
+        f"snap-7-0-{commit_uuid}.avro"
+    )
+    producer = table.transaction().update_snapshot().fast_append()
+    assert producer._written_manifest_lists == []
+    assert producer._target_branch == "main"
+    assert producer._transaction._table is table
+    assert isinstance(producer.commit_uuid, uuid.UUID)
+    source = inspect.getsource(_SnapshotProducer._commit)
+    for name in ("_written_manifest_lists.append", "_new_manifest_list_file_name", "location_provider()"):
+        assert name in source, name
+
+
+def test_catalogs_write_metadata_through_their_write_metadata() -> None:
+    """v3_metadata_writer replaces ``_write_metadata`` on one catalog object (an attribute it sets, which
+    the scan above does not see as a use): it must stay a static method the SQL catalog calls on self."""
+    from pyiceberg.catalog import MetastoreCatalog
+
+    assert isinstance(inspect.getattr_static(MetastoreCatalog, "_write_metadata"), staticmethod)
+    assert _parameters(MetastoreCatalog._write_metadata) == ["metadata", "io", "metadata_path"]
+    assert issubclass(SqlCatalog, MetastoreCatalog)
+    assert "self._write_metadata(" in inspect.getsource(SqlCatalog.commit_table)
 
 
 # -- io/pyiceberg_internals.py ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.io.sorting import AnyKey, parse_sort_order, table_sort_keys
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.scan import (
     ScannedFile,
     check_branch,
@@ -60,10 +61,12 @@ def plan_compaction(
         (equality-delete resolution, :func:`resolve.resolve_equality_deletes`).
     :returns: the plan document (``iceberg-exec/compaction-plan@1``): its ``tasks`` are the inputs of
         :func:`execute_rewrite_task`.
-    :raises ConfigurationError: for bad options, strategy, sort order or filter.
+    :raises ConfigurationError: for bad options, strategy, sort order or filter, or a format version (or
+        a v3 feature) this product cannot write.
     """
     refresh_table(table)
     metadata = table.metadata
+    check_writable_format(metadata, table_name(table))  # before any file is written
     resolved = CompactionOptions.from_options(options, metadata.properties)
     chosen = strategy_of(strategy)
     keys = _sort_keys(table, chosen, sort_order)

@@ -16,6 +16,7 @@ from airflow_provider_iceberg_exec.engine.documents import (
     check_rewrite_task,
 )
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
+from airflow_provider_iceberg_exec.engine.io.lineage import with_lineage_columns
 from airflow_provider_iceberg_exec.engine.io.read import (
     READ_AHEAD_BATCHES,
     READ_AHEAD_BYTES,
@@ -87,6 +88,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
                     spill_dir=spill_dir,
                     stats=deletes,
                     progress=progress,
+                    row_lineage=layout.row_lineage,
                 ),
                 limits.batch_size,
                 # A joined batch stays well below a file: output files roll where they did unjoined.
@@ -154,6 +156,8 @@ class _OutputLayout:
     needs_order: bool
     #: the sort order id the files are stamped with; ``None`` for binpack
     sort_order_id: int | None
+    #: v3: every row keeps its ``_row_id`` and ``_last_updated_sequence_number``, written explicitly
+    row_lineage: bool = False
 
     @classmethod
     def of(cls, task: Mapping[str, Any], metadata: TableMetadata) -> _OutputLayout:
@@ -191,7 +195,7 @@ class _OutputLayout:
                 )
                 sort_order_id = 0
         target = options.target_file_size_bytes
-        return cls(spec, target, keys, needs_order, sort_order_id)
+        return cls(spec, target, keys, needs_order, sort_order_id, metadata.format_version >= 3)
 
 
 def _writer(
@@ -203,7 +207,8 @@ def _writer(
     return RollingDataFileWriter(
         io=table.io,
         location_provider=load_location_provider(metadata.location, metadata.properties),
-        schema=metadata.schema(),
+        # v3: Java's rewrite write schema, the table's with both lineage columns.
+        schema=with_lineage_columns(metadata.schema()) if layout.row_lineage else metadata.schema(),
         spec=layout.spec,
         properties=metadata.properties,
         target_file_size_bytes=layout.target_file_size_bytes,

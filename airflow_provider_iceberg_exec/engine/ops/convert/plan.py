@@ -26,6 +26,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.io.position_delete_writer import DeleteGranularity
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.scan import (
     ScannedFile,
     check_branch,
@@ -122,6 +123,7 @@ def plan_conversion(
     name = table_name(table)
     if metadata.format_version < 2:
         raise ConfigurationError(f"{name} is a format-version 1 table: it has no delete files to convert")
+    check_writable_format(metadata, name)
     if metadata.format_version > 2:
         raise ConfigurationError(
             f"cannot convert the deletes of {name}: format version {metadata.format_version} tables need "

@@ -35,6 +35,7 @@ from airflow_provider_iceberg_exec.engine.io.session import track_resources
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile, check_branch, parse_where
 from airflow_provider_iceberg_exec.engine.ops.cow.common import COMMON_KEYS
+from airflow_provider_iceberg_exec.engine.ops.cow.plan import check_cow_format
 from airflow_provider_iceberg_exec.engine.ops.cow.predicate import Predicate
 from airflow_provider_iceberg_exec.engine.ops.cow.read import live_batches
 
@@ -76,6 +77,7 @@ def commit_cow_rewrite(
     refresh_table(table)
     branch = str(first["branch"])
     check_branch(table.metadata, branch, summary["table"])
+    check_cow_format(table.metadata)  # the table may have been upgraded since the plan
     deleted, added = _files_of(table, docs)
     summary["deleted_data_files_count"] = len(deleted)
     summary["added_data_files_count"] = len(added)

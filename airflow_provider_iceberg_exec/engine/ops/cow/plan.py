@@ -12,6 +12,7 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import IsolationLevel
 from airflow_provider_iceberg_exec.engine.contracts import COW_PLAN, COW_TASK, CowPlan, CowSourceFile, CowTask
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.scan import check_branch, scan_data_files
 from airflow_provider_iceberg_exec.engine.meta.task_files import (
     scanned_to_json,
@@ -139,13 +140,17 @@ def plan_cow_rewrite(
     }
 
 
+def check_cow_format(metadata: TableMetadata) -> None:
+    """Refuse a format version copy-on-write cannot commit to (above 3; v3 carries row lineage).
+
+    :raises ConfigurationError: in one line; the table is not touched.
+    """
+    check_writable_format(metadata, "the table")
+
+
 def _check_table(metadata: TableMetadata, task_size_bytes: int) -> None:
-    """Refuse a table PyIceberg cannot commit to, and a task size that packs nothing."""
-    if metadata.format_version >= 3:
-        raise ConfigurationError(
-            f"format version {metadata.format_version} tables are not supported: PyIceberg 0.12 cannot write "
-            "v3 metadata; table left unchanged"
-        )
+    """Refuse a table this rewrite cannot commit to, and a task size that packs nothing."""
+    check_cow_format(metadata)
     if task_size_bytes <= 0:
         raise ConfigurationError("task_size_bytes must be > 0")
 

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes.apply import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, first_line
+from airflow_provider_iceberg_exec.engine.io.lineage import RowLineage
 from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
+from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
 
 if TYPE_CHECKING:
@@ -23,13 +25,29 @@ __all__ = ["Source", "inspect_source", "iter_source_batches", "live_batches"]
 
 
 def live_batches(
-    table: Table, scanned: ScannedFile, projection: Schema, limits: ResourceLimits, spill_dir: str
+    table: Table,
+    scanned: ScannedFile,
+    projection: Schema,
+    limits: ResourceLimits,
+    spill_dir: str,
+    *,
+    lineage: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """The live rows of one data file: ``projection`` of it, or all columns when it has delete files."""
+    """The live rows of one data file: ``projection`` of it, or all columns when it has delete files.
+
+    :param lineage: v3: ``_row_id`` and ``_last_updated_sequence_number`` follow as the last two
+        columns, inherited values made explicit (:mod:`~.io.lineage`).
+    """
     metadata = table.metadata
     if scanned.delete_files:
         return iter_live_group_batches(
-            table.io, metadata, [scanned], limits=limits, spill_dir=spill_dir, stats=DeleteStats()
+            table.io,
+            metadata,
+            [scanned],
+            limits=limits,
+            spill_dir=spill_dir,
+            stats=DeleteStats(),
+            row_lineage=lineage,
         )
     data_file = scanned.data_file
     return iter_data_file_batches(
@@ -40,6 +58,7 @@ def live_batches(
         name_mapping=metadata.name_mapping(),
         format_version=metadata.format_version,
         batch_size=read_batch_rows(data_file, limits.batch_size),
+        lineage=RowLineage(first_row_id(data_file), scanned.data_sequence_number) if lineage else None,
     )
 
 

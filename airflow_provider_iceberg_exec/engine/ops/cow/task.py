@@ -24,6 +24,11 @@ from airflow_provider_iceberg_exec.engine.errors import (
     DataFileReadError,
     IcebergExecError,
 )
+from airflow_provider_iceberg_exec.engine.io.lineage import (
+    modified_rows_inherit_sequence,
+    with_lineage_columns,
+    without_lineage,
+)
 from airflow_provider_iceberg_exec.engine.io.read import READ_AHEAD_BATCHES, READ_AHEAD_BYTES, read_ahead
 from airflow_provider_iceberg_exec.engine.io.session import (
     ExecutionStats,
@@ -270,6 +275,9 @@ class _Run:
         self.limits = limits
         self.task_id = str(doc.get("task_id", 0))
         self.schema = metadata.schema()
+        # v3: rows keep _row_id (and, when not updated, _last_updated_sequence_number), as Spark's CoW
+        self.lineage = metadata.format_version >= 3
+        self.write_schema = with_lineage_columns(self.schema) if self.lineage else self.schema
         self.specs = metadata.specs()
         self.output_spec = self.specs[int(doc["output_spec_id"])]
         self.predicate = Predicate(doc["where"], self.schema)
@@ -461,7 +469,7 @@ class _Run:
 
         data_file = scanned.data_file
         matched_total = seen = 0
-        for batch in self._read(scanned, self.schema):
+        for batch in self._read(scanned, self.schema, lineage=self.lineage):
             mask = self.predicate.matches(batch)
             matched = int(pc.sum(mask).as_py() or 0)
             matched_total += matched
@@ -470,6 +478,8 @@ class _Run:
                 if self._updater is None:  # pragma: no cover - execute sets it for updates
                     raise RuntimeError("no updater")
                 out = self._updater.apply(batch, mask, matched)
+                if self.lineage and matched:
+                    out = modified_rows_inherit_sequence(out, mask)
                 outcome.updated_rows += matched
                 outcome.rewritten_rows += batch.num_rows - matched
             else:
@@ -487,9 +497,11 @@ class _Run:
                 "read found; the file changed while it was read"
             )
 
-    def _read(self, scanned: ScannedFile, projection: Schema) -> Iterator[pa.RecordBatch]:
+    def _read(
+        self, scanned: ScannedFile, projection: Schema, *, lineage: bool = False
+    ) -> Iterator[pa.RecordBatch]:
         """The rows of a data file: its live rows, all columns, when it has delete files."""
-        return live_batches(self.table, scanned, projection, self.limits, self.spill_dir)
+        return live_batches(self.table, scanned, projection, self.limits, self.spill_dir, lineage=lineage)
 
     def _needs_order(self, data_file: DataFile) -> bool:
         """Whether the file's rows may land in several partitions of the output spec."""
@@ -528,7 +540,7 @@ class _Run:
                     "nothing was committed"
                 )
             self.counts.inserted_rows += batch.num_rows
-            yield batch
+            yield without_lineage(batch) if self.lineage else batch
         self._done(source.size_bytes)
 
     # -- writing ---------------------------------------------------------------------------------------
@@ -537,7 +549,7 @@ class _Run:
         writer = RollingDataFileWriter(
             io=self.table.io,
             location_provider=self.locations,
-            schema=self.schema,
+            schema=self.write_schema,
             spec=self.output_spec,
             properties=self.table.metadata.properties,
             target_file_size_bytes=self.target_file_size,

@@ -38,6 +38,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from airflow_provider_iceberg_exec.engine.commit.manifests import ManifestRewrite, OpenManifestWriter
 from airflow_provider_iceberg_exec.engine.meta.manifests import iter_manifest_entries
+from airflow_provider_iceberg_exec.engine.meta.row_ids import snapshot_manifests
 from airflow_provider_iceberg_exec.engine.ops.manifests.plan import (
     SortKey,
     needs_rewrite,
@@ -76,7 +77,8 @@ def rewrite_at_head(
     def plan(
         io: FileIO, metadata: TableMetadata, head: Snapshot, open_writer: OpenManifestWriter
     ) -> ManifestRewrite | None:
-        manifests = head.manifests(io)
+        # v3: entries are read with the first_row_id they inherit and written as EXISTING with it
+        manifests = snapshot_manifests(io, metadata, head)
         replaced: list[ManifestFile] = []
         created: list[ManifestFile] = []
         entries = 0

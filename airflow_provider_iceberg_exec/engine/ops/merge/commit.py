@@ -38,6 +38,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json
 from airflow_provider_iceberg_exec.engine.meta.scan import check_branch, parse_where
+from airflow_provider_iceberg_exec.engine.ops.merge.plan import check_merge_format
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -89,6 +90,7 @@ def commit_merge(table: Table, results: Sequence[Mapping[str, Any]], *, commit_i
     refresh_table(table)
     branch = str(first["branch"])
     check_branch(table.metadata, branch, summary["table"])
+    check_merge_format(table.metadata, summary["table"])  # the table may have been upgraded since the plan
     specs, schema = table.metadata.specs(), table.metadata.schema()
     removed = [data_file_from_json(f, specs, schema) for d in docs for f in d["removed_data_files"]]
     added = [data_file_from_json(f, specs, schema) for d in docs for f in d["added_data_files"]]

@@ -21,6 +21,7 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import IsolationLevel
 from airflow_provider_iceberg_exec.engine.contracts import MERGE_PLAN, MERGE_TASK
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.scan import check_branch, parse_where, scan_data_files
 from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_to_json
 from airflow_provider_iceberg_exec.engine.ops.merge.clauses import MergeClauses
@@ -30,6 +31,7 @@ from airflow_provider_iceberg_exec.engine.ops.merge.task import key_fields_for
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
 
 __all__ = ["DEFAULT_TASK_SIZE_BYTES", "MERGE_MODES", "plan_merge"]
 
@@ -69,11 +71,7 @@ def plan_merge(
     refresh_table(table)
     metadata = table.metadata
     name = table_name(table)
-    if metadata.format_version >= 3:
-        raise ConfigurationError(
-            f"format version {metadata.format_version} tables are not supported yet: PyIceberg 0.12 cannot "
-            "write v3 metadata; table left unchanged"
-        )
+    check_merge_format(metadata, name)
     if task_size_bytes <= 0:
         raise ConfigurationError("task_size_bytes must be > 0")
     check_branch(metadata, branch, name)
@@ -142,6 +140,19 @@ def _check_source_columns(clauses: MergeClauses, source: MergeSource, on: list[s
             raise ConfigurationError(
                 f"clause {clause.text!r} takes every column from the source, which lacks {', '.join(missing)}"
             )
+
+
+def check_merge_format(metadata: TableMetadata, name: str) -> None:
+    """Refuse a format version MERGE cannot commit to: above 3, and 3 (no DVs, no row lineage yet).
+
+    :raises ConfigurationError: in one line; the table is not touched.
+    """
+    check_writable_format(metadata, name)
+    if metadata.format_version >= 3:
+        raise ConfigurationError(
+            f"format version {metadata.format_version} tables are not supported yet by MERGE (deletion "
+            "vectors and row lineage); table left unchanged"
+        )
 
 
 def _mode(explicit: str | None, properties: Mapping[str, str], format_version: int) -> str:

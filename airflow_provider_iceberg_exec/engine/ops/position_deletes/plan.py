@@ -18,6 +18,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to_json
+from airflow_provider_iceberg_exec.engine.meta.format_versions import check_writable_format
 from airflow_provider_iceberg_exec.engine.meta.scan import (
     ScannedDelete,
     ScannedFile,
@@ -47,10 +48,11 @@ def check_format_version(metadata: TableMetadata, name: str) -> None:
         raise ConfigurationError(
             f"cannot rewrite position deletes of {name}: format version 1 tables have no delete files"
         )
+    check_writable_format(metadata, name)
     if version >= 3:
         raise ConfigurationError(
-            f"cannot commit to {name}: format version {version}: PyIceberg 0.12 cannot write v3 metadata; "
-            "table left unchanged"
+            f"cannot rewrite position deletes of {name}: format version {version} tables need deletion "
+            "vectors, which this version does not write; table left unchanged"
         )
 
 
