@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     Positions = npt.NDArray[np.integer[Any]] | BitMap64
 
 __all__ = [
-    "DV_BLOB_TYPE",
     "DENSE_KEY_LIMIT",
+    "DV_BLOB_TYPE",
     "DV_MAGIC",
     "MAX_POSITION",
     "ROW_POSITION_FIELD_ID",

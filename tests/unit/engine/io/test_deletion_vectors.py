@@ -270,7 +270,9 @@ def test_footer_is_what_java_writes_for_dvs(tmp_path: Path) -> None:
     write_deletion_vectors(PyArrowFileIO(), path, [_deletes("s3://b/d/a.parquet", [4, 8])])
 
     raw = (tmp_path / "dv.puffin").read_bytes()
-    assert raw[:4] == b"PFA1" and raw[-4:] == b"PFA1" and raw[-8:-4] == b"\x00\x00\x00\x00"
+    assert raw[:4] == b"PFA1"
+    assert raw[-4:] == b"PFA1"
+    assert raw[-8:-4] == b"\x00\x00\x00\x00"
     (blob,) = PuffinFile(raw).footer.blobs
     assert blob.type == "deletion-vector-v1"
     assert blob.fields == [ROW_POSITION_FIELD_ID] == [2147483645]
@@ -291,7 +293,9 @@ def test_dv_entry_carries_the_data_files_spec_and_partition_and_no_metrics(tmp_p
     assert entry.file_format == FileFormat.PUFFIN
     assert entry.spec_id == 3
     assert entry.partition == Record(7)
-    assert entry.lower_bounds is None and entry.upper_bounds is None and entry.value_counts is None
+    assert entry.lower_bounds is None
+    assert entry.upper_bounds is None
+    assert entry.value_counts is None
 
 
 def test_refuses_two_vectors_for_one_data_file_and_writes_nothing(tmp_path: Path) -> None:
