@@ -156,7 +156,7 @@ def decode_deletion_vector(
     (length,) = struct.unpack(">I", blob[:4])
     if length != len(blob) - 8:
         raise DataFileReadError(
-            f"deletion vector {what}: length prefix {length} does not match the blob size {len(blob)} - 8"
+            f"deletion vector {what}: length {length} does not match blob size {len(blob)} (prefix + 8)"
         )
     body = blob[4 : 4 + length]
     if body[:4] != DV_MAGIC:

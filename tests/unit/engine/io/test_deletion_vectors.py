@@ -141,7 +141,7 @@ def _corrupt(blob: bytes, at: int) -> bytes:
 
 
 def test_decode_refuses_a_wrong_length_prefix() -> None:
-    with pytest.raises(DataFileReadError, match="length prefix"):
+    with pytest.raises(DataFileReadError, match="does not match blob size"):
         decode_deletion_vector(_corrupt(encode_deletion_vector(np.array([1])), 3))
 
 
