@@ -363,6 +363,18 @@ class _Run:
             self.counts.inserted += rows.num_rows
             self.outputs.write_new(rows)
 
+    def _rewritten_deletes(self) -> dict[str, Any]:
+        """v3 only: the delete files the task's new DVs replace (the commit removes them; a DV by its
+        path, content offset and size)."""
+        rewritten = self.outputs.rewritten_delete_files
+        if self.outputs.dv_sink is None:
+            return {}
+        return {
+            "rewritten_delete_files": [
+                data_file_to_json(f, self.specs[f.spec_id], self.schema) for f in rewritten
+            ]
+        }
+
     def result(self, stats: ExecutionStats) -> dict[str, Any]:
         doc, counts, schema = self.doc, self.counts, self.schema
         added = self.outputs.data_files
@@ -389,6 +401,7 @@ class _Run:
             "applied_deletes": counts.applied_deletes,
             "added_data_files": [data_file_to_json(f, self.outputs.spec, schema) for f in added],
             "added_delete_files": [data_file_to_json(f, self.specs[f.spec_id], schema) for f in deletes],
+            **self._rewritten_deletes(),
             "changed_data_files": sorted(self.outputs.changed_files),
             "num_target_rows_updated": counts.updated,
             "num_target_rows_deleted": counts.deleted,
