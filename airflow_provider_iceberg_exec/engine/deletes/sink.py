@@ -131,18 +131,17 @@ class ParquetPositionDeleteSink(PositionDeleteSink):
         self._paths: set[str] = set()
 
     def write(self, target: DeleteTarget, positions: npt.NDArray[np.int64]) -> None:
+        import numpy as np
         import pyarrow as pa
 
         if not len(positions):
             return
         path = target.data_file.file_path
         self._paths.add(path)
-        self._writer.write(
-            pa.RecordBatch.from_arrays(
-                [pa.array([path] * len(positions), pa.large_string()), pa.array(positions, pa.int64())],
-                names=["file_path", "pos"],
-            )
-        )
+        # one dictionary entry for the path, not a Python list of it per row
+        indices = pa.array(np.zeros(len(positions), dtype=np.int32))
+        paths = pa.DictionaryArray.from_arrays(indices, pa.array([path], pa.string())).cast(pa.string())
+        self._writer.write(pa.record_batch({"file_path": paths, "pos": pa.array(positions, pa.int64())}))
 
     def forget(self, data_file_path: str) -> None:
         """Only possible before anything was written for another file: the rows are in the files."""
