@@ -1,0 +1,236 @@
+"""Deletion vectors against Java Iceberg 1.10: our ``deletion-vector-v1`` bytes equal Java's.
+
+Two sources of Java-written DVs:
+
+- Spark's merge-on-read DELETE/UPDATE on a v3 table (``v3_deletion_vectors``): each DV blob is read at
+  its manifest entry's offset and size, decoded, re-encoded by us, and compared byte for byte;
+- Java's own ``BaseDVFileWriter`` driven through py4j with chosen position sets (runs, array and bitmap
+  containers, the 4096 boundary, positions above 2^32 with empty keys below them), so the comparison
+  covers what a small Spark table never produces.
+
+And the other way round: the DVs our writer puts in a Puffin file are loaded by Java's
+``BaseDeleteLoader`` (the reader Spark's scans use: length, magic, CRC and cardinality checked) and hold
+exactly the positions written. (A table that commits our DVs is the commit layer's to test.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.table.deletion_vector import deletion_vectors_from_puffin_file
+from pyiceberg.table.puffin import PuffinFile
+from pyiceberg.typedef import Record
+
+from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector, read_deletion_vector
+from airflow_provider_iceberg_exec.engine.io.deletion_vectors import (
+    DataFileDeletes,
+    decode_deletion_vector,
+    encode_deletion_vector,
+    write_deletion_vectors,
+)
+from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries, v3_field
+from tests.interop.fixtures import JavaTables
+from tests.interop.tables import V3_DELETION_VECTORS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+KEY = 1 << 32
+
+
+def _java_dvs(catalog: SqlCatalog, metadata_location: str) -> list[Any]:
+    table = catalog.register_table("ns.t", metadata_location)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    entries = [
+        entry.data_file
+        for manifest in snapshot.manifests(table.io)
+        for entry in read_manifest_entries(table.io, manifest)
+    ]
+    return [f for f in entries if is_deletion_vector(f)]
+
+
+def _blob(path: str, offset: int, size: int) -> bytes:
+    with PyArrowFileIO().new_input(path).open() as stream:
+        stream.seek(offset)
+        return stream.read(size)
+
+
+def test_spark_dvs_re_encode_to_the_same_bytes(java_table: JavaTables, catalog: SqlCatalog) -> None:
+    dvs = _java_dvs(catalog, java_table(V3_DELETION_VECTORS))
+    assert dvs, "Spark wrote no deletion vector"
+
+    for dv in dvs:
+        offset, size = v3_field(dv, "content_offset"), v3_field(dv, "content_size_in_bytes")
+        java_bytes = _blob(dv.file_path, offset, size)
+        positions = decode_deletion_vector(java_bytes, record_count=dv.record_count)
+
+        assert encode_deletion_vector(positions) == java_bytes
+        assert read_deletion_vector(PyArrowFileIO(), dv).tolist() == positions.tolist()
+
+
+def test_our_dv_footer_matches_spark_s_for_the_same_positions(
+    java_table: JavaTables, catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    dv = _java_dvs(catalog, java_table(V3_DELETION_VECTORS))[0]
+    with PyArrowFileIO().new_input(dv.file_path).open() as stream:
+        java_puffin = PuffinFile(stream.read())
+    (java_blob,) = [b for b in java_puffin.footer.blobs if b.offset == v3_field(dv, "content_offset")]
+    referenced = v3_field(dv, "referenced_data_file")
+    positions = read_deletion_vector(PyArrowFileIO(), dv)
+
+    (ours,) = write_deletion_vectors(
+        PyArrowFileIO(),
+        f"file://{tmp_path}/ours.puffin",
+        [DataFileDeletes(referenced, dv.spec_id, dv.partition, positions)],
+    )
+    our_puffin = PuffinFile((tmp_path / "ours.puffin").read_bytes())
+    (our_blob,) = our_puffin.footer.blobs
+
+    def comparable(blob: Any) -> dict[str, Any]:
+        return blob.model_dump(exclude={"offset"})
+
+    assert comparable(our_blob) == comparable(java_blob)
+    assert ours.record_count == dv.record_count
+    assert v3_field(ours, "content_size_in_bytes") == v3_field(dv, "content_size_in_bytes")
+    assert (ours.content, ours.file_format, ours.spec_id) == (dv.content, dv.file_format, dv.spec_id)
+    # and PyIceberg reads ours as it reads Java's
+    (java_vector,) = [
+        v for v in deletion_vectors_from_puffin_file(java_puffin) if v.referenced_data_file == referenced
+    ]
+    (our_vector,) = deletion_vectors_from_puffin_file(our_puffin)
+    assert our_vector.to_vector().to_pylist() == java_vector.to_vector().to_pylist()
+
+
+# -- Java's DV writer on chosen positions ------------------------------------------------------------
+
+POSITION_SETS = {
+    "one": [0],
+    "array": [3, 5, 7, 1000, 65_535, 65_536, 70_000],
+    "run": list(range(100, 10_100)),
+    "short-runs": [p for start in range(0, 60_000, 100) for p in range(start, start + 3)],
+    "bitmap-container": list(range(0, 30_000, 3)),
+    "array-at-4096": list(range(0, 2 * 4096, 2)),
+    "bitmap-at-4097": list(range(0, 2 * 4097, 2)),
+    "mixed-containers": [*range(5000), *range(70_000, 90_000, 5), 200_000, 300_000],
+    "keys-with-gaps": [1, KEY + 7, 3 * KEY + 100, 3 * KEY + 101],
+    "only-high-key": [2 * KEY + 1, 2 * KEY + 2],
+    "run-across-keys": list(range(KEY - 50, KEY + 50)),
+}
+
+
+def _java_write(spark: SparkSession, identifier: str, sets: dict[str, list[int]]) -> dict[str, bytes]:
+    """Write each position set as the DV of a made-up data file with Java's BaseDVFileWriter; return
+    each data file's blob bytes as Java wrote them."""
+    jvm = spark._jvm
+    assert jvm is not None
+    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, identifier)
+    factory = (
+        jvm.org.apache.iceberg.io.OutputFileFactory.builderFor(table, 1, 1)
+        .format(jvm.org.apache.iceberg.FileFormat.PUFFIN)
+        .build()
+    )
+    no_previous = jvm.org.apache.iceberg.relocated.com.google.common.base.Functions.constant(None)
+    writer = jvm.org.apache.iceberg.deletes.BaseDVFileWriter(factory, no_previous)
+    spec = table.spec()
+    for name, positions in sets.items():
+        path = f"file:/made-up/{name}.parquet"
+        for pos in positions:
+            writer.delete(path, pos, spec, None)
+    writer.close()
+    blobs = {}
+    for dv in writer.result().deleteFiles():
+        blobs[str(dv.referencedDataFile())] = _blob(
+            str(dv.location()), int(dv.contentOffset()), int(dv.contentSizeInBytes())
+        )
+    return blobs
+
+
+def test_our_bytes_equal_java_s_dv_writer_for_every_container_kind(
+    spark: SparkSession, java_table: JavaTables
+) -> None:
+    identifier = java_table.info(V3_DELETION_VECTORS).spark_identifier
+
+    java = _java_write(spark, identifier, POSITION_SETS)
+
+    assert len(java) == len(POSITION_SETS)
+    for name, positions in POSITION_SETS.items():
+        java_bytes = java[f"file:/made-up/{name}.parquet"]
+        assert encode_deletion_vector(np.array(positions)) == java_bytes, name
+        assert decode_deletion_vector(java_bytes, record_count=len(set(positions))).tolist() == sorted(
+            set(positions)
+        ), name
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_our_bytes_equal_java_s_for_random_positions(
+    spark: SparkSession, java_table: JavaTables, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    sets = {
+        f"random-{seed}-{i}": sorted(
+            {
+                *rng.integers(0, 200_000, size=int(rng.integers(1, 3000))).tolist(),
+                *range(int(start := rng.integers(0, 100_000)), int(start) + int(rng.integers(0, 5000))),
+                *(int(rng.integers(0, 3)) * KEY + int(p) for p in rng.integers(0, 1000, size=5)),
+            }
+        )
+        for i in range(3)
+    }
+
+    java = _java_write(spark, java_table.info(V3_DELETION_VECTORS).spark_identifier, sets)
+
+    for name, positions in sets.items():
+        assert encode_deletion_vector(np.array(positions)) == java[f"file:/made-up/{name}.parquet"], name
+
+
+def test_java_loads_our_dvs_with_its_checks(
+    spark: SparkSession, java_table: JavaTables, tmp_path: Path
+) -> None:
+    jvm = spark._jvm
+    assert jvm is not None
+    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, java_table.info(V3_DELETION_VECTORS).spark_identifier
+    )
+    path = f"file://{tmp_path}/ours.puffin"
+    ours = write_deletion_vectors(
+        PyArrowFileIO(),
+        path,
+        [
+            DataFileDeletes(f"file:/made-up/{name}.parquet", 0, Record(), np.array(positions))
+            for name, positions in POSITION_SETS.items()
+        ],
+    )
+    inputs = jvm.java.util.HashMap()
+    java_files = []
+    for dv in ours:
+        java_file = (
+            jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.spec())
+            .ofPositionDeletes()
+            .withFormat(jvm.org.apache.iceberg.FileFormat.PUFFIN)
+            .withPath(dv.file_path)
+            .withFileSizeInBytes(dv.file_size_in_bytes)
+            .withReferencedDataFile(v3_field(dv, "referenced_data_file"))
+            .withContentOffset(v3_field(dv, "content_offset"))
+            .withContentSizeInBytes(v3_field(dv, "content_size_in_bytes"))
+            .withRecordCount(dv.record_count)
+            .build()
+        )
+        inputs.put(java_file, table.io().newInputFile(dv.file_path))
+        java_files.append(java_file)
+    loader = jvm.org.apache.iceberg.data.BaseDeleteLoader(
+        jvm.org.apache.iceberg.relocated.com.google.common.base.Functions.forMap(inputs)
+    )
+
+    for java_file, (name, positions) in zip(java_files, POSITION_SETS.items(), strict=True):
+        one = jvm.java.util.ArrayList()
+        one.add(java_file)
+        index = loader.loadPositionDeletes(one, f"file:/made-up/{name}.parquet")
+        assert index.cardinality() == len(set(positions)), name
+        assert all(index.isDeleted(p) for p in positions[:2000]), name
+        assert not index.isDeleted(max(positions) + 1), name
