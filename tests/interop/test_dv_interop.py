@@ -10,7 +10,8 @@ Two sources of Java-written DVs:
 
 And the other way round: the DVs our writer puts in a Puffin file are loaded by Java's
 ``BaseDeleteLoader`` (the reader Spark's scans use: length, magic, CRC and cardinality checked) and hold
-exactly the positions written. (A table that commits our DVs is the commit layer's to test.)
+exactly the positions written. Finally the merge-on-read writer's DVs (merged with the data files'
+old DVs) are committed by Java's ``RowDelta`` with the old DVs removed, and Spark reads the rows left.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pyiceberg.table.deletion_vector import deletion_vectors_from_puffin_file
 from pyiceberg.table.puffin import PuffinFile
 from pyiceberg.typedef import Record
 
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
 from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector, read_deletion_vector
 from airflow_provider_iceberg_exec.engine.io.deletion_vectors import (
     DataFileDeletes,
@@ -34,6 +37,8 @@ from airflow_provider_iceberg_exec.engine.io.deletion_vectors import (
     write_deletion_vectors,
 )
 from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries, v3_field
+from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
+from airflow_provider_iceberg_exec.engine.ops.merge.outputs import Outputs
 from tests.interop.fixtures import JavaTables
 from tests.interop.tables import V3_DELETION_VECTORS
 
@@ -189,6 +194,24 @@ def test_our_bytes_equal_java_s_for_random_positions(
         assert encode_deletion_vector(np.array(positions)) == java[f"file:/made-up/{name}.parquet"], name
 
 
+def _java_dv(spark: SparkSession, table: Any, dv: Any) -> Any:
+    """Java's DeleteFile for one of our DV entries (an unpartitioned table)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    return (
+        jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.spec())
+        .ofPositionDeletes()
+        .withFormat(jvm.org.apache.iceberg.FileFormat.PUFFIN)
+        .withPath(dv.file_path)
+        .withFileSizeInBytes(dv.file_size_in_bytes)
+        .withReferencedDataFile(v3_field(dv, "referenced_data_file"))
+        .withContentOffset(v3_field(dv, "content_offset"))
+        .withContentSizeInBytes(v3_field(dv, "content_size_in_bytes"))
+        .withRecordCount(dv.record_count)
+        .build()
+    )
+
+
 def test_java_loads_our_dvs_with_its_checks(
     spark: SparkSession, java_table: JavaTables, tmp_path: Path
 ) -> None:
@@ -209,18 +232,7 @@ def test_java_loads_our_dvs_with_its_checks(
     inputs = jvm.java.util.HashMap()
     java_files = []
     for dv in ours:
-        java_file = (
-            jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.spec())
-            .ofPositionDeletes()
-            .withFormat(jvm.org.apache.iceberg.FileFormat.PUFFIN)
-            .withPath(dv.file_path)
-            .withFileSizeInBytes(dv.file_size_in_bytes)
-            .withReferencedDataFile(v3_field(dv, "referenced_data_file"))
-            .withContentOffset(v3_field(dv, "content_offset"))
-            .withContentSizeInBytes(v3_field(dv, "content_size_in_bytes"))
-            .withRecordCount(dv.record_count)
-            .build()
-        )
+        java_file = _java_dv(spark, table, dv)
         inputs.put(java_file, table.io().newInputFile(dv.file_path))
         java_files.append(java_file)
     loader = jvm.org.apache.iceberg.data.BaseDeleteLoader(
@@ -234,3 +246,68 @@ def test_java_loads_our_dvs_with_its_checks(
         assert index.cardinality() == len(set(positions)), name
         assert all(index.isDeleted(p) for p in positions[:2000]), name
         assert not index.isDeleted(max(positions) + 1), name
+
+
+def test_merge_on_read_dvs_commit_through_java_and_spark_reads_the_rows_left(
+    spark: SparkSession, java_table: JavaTables, catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    """Our merge writer on a v3 table: one DV per changed data file, merged with its old DV; Java's
+    RowDelta adds ours and removes the old (reported as rewritten), and Spark, which fails on two DVs
+    for one data file, reads exactly the rows that should be left."""
+    import pyarrow.parquet as pq
+    from pyiceberg.expressions import AlwaysTrue
+
+    built = java_table.fresh(V3_DELETION_VECTORS)
+    table = catalog.register_table("ns.t", built.metadata_location)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    scanned = scan_data_files(table, snapshot, AlwaysTrue())
+    with_dv = [f for f in scanned if any(is_deletion_vector(d.data_file) for d in f.delete_files)]
+    without = [f for f in scanned if not f.delete_files]
+    assert with_dv, "the Java table has no data file with a DV"
+    changed = [*with_dv, *without[:1]]
+    limits = ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path / "spill"))
+    outputs = Outputs(table, table.spec(), "t1", limits)
+    outputs.start(str(tmp_path))
+    removed_ids: set[int] = set()
+    for number, target in enumerate(changed):
+        deleted = set(deleted_positions(table.io, target).tolist())
+        live = [p for p in range(target.data_file.record_count) if p not in deleted][: 2 + number]
+        with table.io.new_input(target.data_file.file_path).open() as stream:
+            ids = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
+        removed_ids.update(ids[p] for p in live)
+        output = outputs.for_file(target, in_place=True, copy_on_write=False)
+        output.write_deletes(np.array(live, dtype=np.int64))
+        output.close()
+    outputs.finish()
+
+    assert len(outputs.delete_files) == len(changed)
+    assert len({d.file_path for d in outputs.delete_files}) == 1  # one Puffin file for the task
+    assert sorted(
+        (d.file_path, v3_field(d, "content_offset")) for d in outputs.rewritten_delete_files
+    ) == sorted(
+        (d.data_file.file_path, v3_field(d.data_file, "content_offset"))
+        for f in with_dv
+        for d in f.delete_files
+        if is_deletion_vector(d.data_file)
+    )
+    jvm = spark._jvm
+    assert jvm is not None
+    java_table_ = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, built.spark_identifier
+    )
+    delta = java_table_.newRowDelta()
+    for dv in outputs.delete_files:
+        delta.addDeletes(_java_dv(spark, java_table_, dv))
+    for old in outputs.rewritten_delete_files:
+        delta.removeDeletes(_java_dv(spark, java_table_, old))
+    delta.commit()
+    spark.sql(f"REFRESH TABLE {built.spark_identifier}")
+
+    rows = spark.sql(f"SELECT id FROM {built.spark_identifier}").collect()
+    assert tuple(sorted(r.id for r in rows)) == tuple(sorted(set(built.expected_ids) - removed_ids))
+    dv_rows = spark.sql(
+        f"SELECT referenced_data_file FROM {built.spark_identifier}.delete_files WHERE file_format = 'PUFFIN'"
+    ).collect()
+    referenced = [r.referenced_data_file for r in dv_rows]
+    assert len(referenced) == len(set(referenced))  # one DV per data file
