@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile
 
-__all__ = ["decode_deletion_vector", "is_deletion_vector", "read_deletion_vector"]
+__all__ = ["content_size", "decode_deletion_vector", "is_deletion_vector", "read_deletion_vector"]
 
 
 def is_deletion_vector(delete_file: DataFile) -> bool:
@@ -52,3 +52,14 @@ def read_deletion_vector(io: FileIO, dv: DataFile) -> npt.NDArray[np.int64]:
             f"deletion vector {dv.file_path} has no content_offset/content_size_in_bytes in its manifest"
         )
     return read_deletion_vector_blob(io, dv.file_path, int(offset), int(size), record_count=dv.record_count)
+
+
+def content_size(content_file: DataFile) -> int:
+    """The bytes a content file counts for in sizes and summaries: a DV its blob
+    (``content_size_in_bytes``; its ``file_size_in_bytes`` is the whole shared Puffin file), any other
+    file its size (Java's ``SnapshotSummary`` and ``RewritePositionDeletesGroup`` count so)."""
+    if is_deletion_vector(content_file):
+        size = v3_field(content_file, "content_size_in_bytes")
+        if size is not None:
+            return int(size)
+    return int(content_file.file_size_in_bytes)

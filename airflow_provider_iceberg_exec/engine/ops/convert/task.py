@@ -21,7 +21,7 @@ from airflow_provider_iceberg_exec.engine.contracts import CONVERT_TASK_RESULT, 
 from airflow_provider_iceberg_exec.engine.deletes.matches import MatchStats, equality_matches
 from airflow_provider_iceberg_exec.engine.deletes.positions import read_position_deletes
 from airflow_provider_iceberg_exec.engine.deletes.sink import DeleteTarget, SinkResult, position_delete_sink
-from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector
+from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size, is_deletion_vector
 from airflow_provider_iceberg_exec.engine.documents import check_base_snapshot, check_convert_task
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.session import resource_error, track_resources
@@ -126,7 +126,7 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
             raise mapped from err
     added = written.added
     merged.update(f.file_path for f in written.rewritten if not is_deletion_vector(f))
-    added_bytes = sum(f.file_size_in_bytes for f in added)
+    added_bytes = sum(content_size(f) for f in added)
     log.info(
         "task %s: %d data file(s), %d equality delete(s): %d rows matched -> %d position delete "
         "file(s), %d bytes",

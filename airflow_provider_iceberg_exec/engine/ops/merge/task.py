@@ -16,6 +16,7 @@ from airflow_provider_iceberg_exec.engine.contracts import MERGE_TASK_RESULT
 from airflow_provider_iceberg_exec.engine.deletes.equality import key_column
 from airflow_provider_iceberg_exec.engine.deletes.matches import equality_matches
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
+from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size
 from airflow_provider_iceberg_exec.engine.documents import applied_deletes_of, check_base_snapshot
 from airflow_provider_iceberg_exec.engine.documents.merge import check_merge_task
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
@@ -410,7 +411,7 @@ class _Run:
             "num_target_rows_matched": counts.matched,
             "delete_file_rows": counts.delete_file_rows,
             "read_bytes": counts.read_bytes,
-            "written_bytes": sum(f.file_size_in_bytes for f in [*added, *deletes]),
+            "written_bytes": sum(content_size(f) for f in [*added, *deletes]),
             "peak_rss_bytes": stats.peak_rss_bytes,
             "spilled_bytes": stats.spilled_bytes,
             "elapsed_seconds": round(stats.elapsed_seconds, 3),

@@ -16,6 +16,7 @@ from pyiceberg.typedef import Record
 from pyroaring import BitMap64
 
 from airflow_provider_iceberg_exec.engine.deletes.vectors import (
+    content_size,
     decode_deletion_vector,
     is_deletion_vector,
     read_deletion_vector,
@@ -222,3 +223,15 @@ def test_only_puffin_position_deletes_are_deletion_vectors(
     entry = _dv_entry("file:///t/d", offset=4, size=20, content=content, file_format=file_format)
 
     assert is_deletion_vector(entry) is expected
+
+
+# -- content_size -------------------------------------------------------------------------------------------
+
+
+def test_a_dv_counts_its_blob_and_other_files_their_size() -> None:
+    """A DV's file_size_in_bytes is its whole (shared) Puffin file: sizes count its blob, as Java's."""
+    dv = _dv_entry("file:///t/dv.puffin", offset=4, size=42)
+    parquet = _dv_entry("file:///t/d.parquet", offset=None, size=None, file_format=FileFormat.PARQUET)
+
+    assert content_size(dv) == 42
+    assert content_size(parquet) == 100
