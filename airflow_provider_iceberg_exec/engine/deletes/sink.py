@@ -209,6 +209,15 @@ class DeletionVectorSink(PositionDeleteSink):
                 pending = self._pending[path] = _Pending(target, BitMap64())
             pending.positions.update(values)
 
+    def fold(self, target: DeleteTarget) -> None:
+        """Give ``target``'s data file a DV even with no new position: its earlier position deletes
+        (old DV, position delete files) become one DV (position-delete compaction on v3)."""
+        from pyroaring import BitMap64
+
+        with self._lock:
+            if target.data_file.file_path not in self._pending:
+                self._pending[target.data_file.file_path] = _Pending(target, BitMap64())
+
     def forget(self, data_file_path: str) -> None:
         with self._lock:
             self._pending.pop(data_file_path, None)
@@ -223,11 +232,15 @@ class DeletionVectorSink(PositionDeleteSink):
         deletes, rewritten = [], []
         for item in pending:
             merged, replaced = _merge_previous(self._io, item.target, item.positions)
+            if not len(merged):  # folded, but nothing deletes a row of it
+                continue
             data_file = item.target.data_file
             deletes.append(
                 DataFileDeletes(data_file.file_path, data_file.spec_id, data_file.partition, merged)
             )
             rewritten.extend(replaced)
+        if not deletes:
+            return SinkResult()
         path = self._locations.new_data_location(
             data_file_name=f"{self._prefix}-{uuid.uuid4().hex}-deletes.puffin"
         )

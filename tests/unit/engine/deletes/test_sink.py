@@ -173,6 +173,22 @@ def test_v3_merges_the_old_dv_and_every_position_file_and_reports_the_file_scope
     assert v3_field(result.rewritten[0], "content_offset") == v3_field(old_dv, "content_offset")
 
 
+def test_v3_fold_turns_earlier_position_deletes_into_one_dv(tmp_path: Path) -> None:
+    """Position-delete compaction on v3: no new position, the old DV and position files become one DV."""
+    a, untouched = _data_file(tmp_path, "a"), _data_file(tmp_path, "b")
+    old_dv = _old_dv(tmp_path, a, [2])
+    scoped = _position_file(tmp_path, [(a.file_path, 4)], "scoped")
+    sink = _sink(tmp_path)
+
+    sink.fold(DeleteTarget(a, (ScannedDelete(old_dv, 1), ScannedDelete(scoped, 2))))
+    sink.fold(DeleteTarget(untouched))  # nothing deletes a row of it: no DV
+    result = sink.close()
+
+    (dv,) = result.added
+    assert read_deletion_vector(PyArrowFileIO(), dv).tolist() == [2, 4]
+    assert [f.file_path for f in result.rewritten] == [old_dv.file_path, scoped.file_path]
+
+
 def test_v3_forget_drops_a_data_file_that_did_not_change(tmp_path: Path) -> None:
     a, b = _data_file(tmp_path, "a"), _data_file(tmp_path, "b")
     sink = _sink(tmp_path)
