@@ -9,9 +9,10 @@ Two sources of Java-written DVs:
   covers what a small Spark table never produces.
 
 And the other way round: the DVs our writer puts in a Puffin file are loaded by Java's
-``BaseDeleteLoader`` (the reader Spark's scans use: length, magic, CRC and cardinality checked) and hold
-exactly the positions written. Finally the merge-on-read writer's DVs (merged with the data files'
-old DVs) are committed by Java's ``RowDelta`` with the old DVs removed, and Spark reads the rows left.
+``PositionDeleteIndex.deserialize`` (what Spark's ``BaseDeleteLoader`` runs: length, magic, CRC and
+cardinality checked) and hold exactly the positions written. Finally the merge-on-read writer's DVs
+(merged with the data files' old DVs) are committed by Java's ``RowDelta`` with the old DVs removed,
+and Spark reads the rows left.
 """
 
 from __future__ import annotations
@@ -129,6 +130,17 @@ POSITION_SETS = {
 }
 
 
+class _NoPreviousDeletes:
+    """A ``java.util.function.Function`` (through py4j's callback server): no data file has earlier
+    deletes to merge."""
+
+    def apply(self, _path: str) -> None:
+        return None
+
+    class Java:
+        implements = ["java.util.function.Function"]  # py4j reads this list
+
+
 def _java_write(spark: SparkSession, identifier: str, sets: dict[str, list[int]]) -> dict[str, bytes]:
     """Write each position set as the DV of a made-up data file with Java's BaseDVFileWriter; return
     each data file's blob bytes as Java wrote them."""
@@ -140,8 +152,10 @@ def _java_write(spark: SparkSession, identifier: str, sets: dict[str, list[int]]
         .format(jvm.org.apache.iceberg.FileFormat.PUFFIN)
         .build()
     )
-    no_previous = jvm.org.apache.iceberg.relocated.com.google.common.base.Functions.constant(None)
-    writer = jvm.org.apache.iceberg.deletes.BaseDVFileWriter(factory, no_previous)
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    ensure_callback_server_started(spark.sparkContext._gateway)
+    writer = jvm.org.apache.iceberg.deletes.BaseDVFileWriter(factory, _NoPreviousDeletes())
     spec = table.spec()
     for name, positions in sets.items():
         path = f"file:/made-up/{name}.parquet"
@@ -229,20 +243,12 @@ def test_java_loads_our_dvs_with_its_checks(
             for name, positions in POSITION_SETS.items()
         ],
     )
-    inputs = jvm.java.util.HashMap()
-    java_files = []
-    for dv in ours:
-        java_file = _java_dv(spark, table, dv)
-        inputs.put(java_file, table.io().newInputFile(dv.file_path))
-        java_files.append(java_file)
-    loader = jvm.org.apache.iceberg.data.BaseDeleteLoader(
-        jvm.org.apache.iceberg.relocated.com.google.common.base.Functions.forMap(inputs)
-    )
-
-    for java_file, (name, positions) in zip(java_files, POSITION_SETS.items(), strict=True):
-        one = jvm.java.util.ArrayList()
-        one.add(java_file)
-        index = loader.loadPositionDeletes(one, f"file:/made-up/{name}.parquet")
+    for dv, (name, positions) in zip(ours, POSITION_SETS.items(), strict=True):
+        # what Java's BaseDeleteLoader does with a DV's bytes: length, magic, CRC and cardinality checks
+        blob = _blob(dv.file_path, v3_field(dv, "content_offset"), v3_field(dv, "content_size_in_bytes"))
+        index = jvm.org.apache.iceberg.deletes.PositionDeleteIndex.deserialize(
+            bytearray(blob), _java_dv(spark, table, dv)
+        )
         assert index.cardinality() == len(set(positions)), name
         assert all(index.isDeleted(p) for p in positions[:2000]), name
         assert not index.isDeleted(max(positions) + 1), name
@@ -296,7 +302,7 @@ def test_merge_on_read_dvs_commit_through_java_and_spark_reads_the_rows_left(
     java_table_ = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
         spark._jsparkSession, built.spark_identifier
     )
-    delta = java_table_.newRowDelta()
+    delta = java_table_.newRowDelta().validateFromSnapshot(snapshot.snapshot_id)
     for dv in outputs.delete_files:
         delta.addDeletes(_java_dv(spark, java_table_, dv))
     for old in outputs.rewritten_delete_files:
