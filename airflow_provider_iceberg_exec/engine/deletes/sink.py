@@ -27,7 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from airflow_provider_iceberg_exec.engine.deletes.positions import read_position_deletes
+from airflow_provider_iceberg_exec.engine.deletes.positions import (
+    iter_position_delete_rows,
+    read_position_deletes,
+)
 from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector, read_deletion_vector
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.deletion_vectors import (
@@ -229,9 +232,10 @@ class DeletionVectorSink(PositionDeleteSink):
             pending, self._pending = list(self._pending.values()), {}
         if not pending:
             return SinkResult()
+        shared = _read_shared_position_files(self._io, pending)
         deletes, rewritten = [], []
         for item in pending:
-            merged, replaced = _merge_previous(self._io, item.target, item.positions)
+            merged, replaced = _merge_previous(self._io, item.target, item.positions, shared)
             if not len(merged):  # folded, but nothing deletes a row of it
                 continue
             data_file = item.target.data_file
@@ -267,8 +271,56 @@ class DeletionVectorSink(PositionDeleteSink):
                 log.warning("could not remove partial output %s", path)
 
 
+#: rows per batch when a position delete file shared by several data files is read once for all
+_SHARED_READ_BATCH_ROWS = 1 << 16
+
+
+def _read_shared_position_files(
+    io: FileIO, pending: list[_Pending]
+) -> dict[str, dict[str, npt.NDArray[np.int64]]]:
+    """Position delete files that apply to several of the sink's data files, each read once:
+    ``{delete file path: {data file path: positions}}`` (only the sink's data files are kept)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyiceberg.manifest import DataFileContent
+
+    users: dict[str, set[str]] = {}
+    files: dict[str, DataFile] = {}
+    for item in pending:
+        for delete in item.target.previous:
+            delete_file = delete.data_file
+            if delete_file.content == DataFileContent.POSITION_DELETES and not is_deletion_vector(
+                delete_file
+            ):
+                users.setdefault(delete_file.file_path, set()).add(item.target.data_file.file_path)
+                files[delete_file.file_path] = delete_file
+    shared: dict[str, dict[str, npt.NDArray[np.int64]]] = {}
+    for path, wanted in users.items():
+        if len(wanted) < 2:
+            continue
+        names = sorted(wanted)
+        value_set = pa.array(names, pa.string())
+        chunks: dict[int, list[npt.NDArray[np.int64]]] = {}
+        for batch in iter_position_delete_rows(io, files[path], _SHARED_READ_BATCH_ROWS):
+            ordinals = pc.index_in(batch.column(0), value_set=value_set)
+            kept = pc.is_valid(ordinals)
+            which = pc.filter(ordinals, kept).to_numpy(zero_copy_only=False)
+            positions = pc.filter(batch.column(1), kept).to_numpy(zero_copy_only=False).astype(np.int64)
+            for ordinal in np.unique(which):
+                chunks.setdefault(int(ordinal), []).append(positions[which == ordinal])
+        shared[path] = {
+            names[o]: np.concatenate(chunks[o]) if o in chunks else np.empty(0, dtype=np.int64)
+            for o in range(len(names))
+        }
+    return shared
+
+
 def _merge_previous(
-    io: FileIO, target: DeleteTarget, positions: BitMap64
+    io: FileIO,
+    target: DeleteTarget,
+    positions: BitMap64,
+    shared: Mapping[str, Mapping[str, npt.NDArray[np.int64]]],
 ) -> tuple[npt.NDArray[np.int64], list[DataFile]]:
     """The new positions with every earlier position delete of the data file folded in, and the
     delete files the new DV replaces: the old DV, and file-scoped position delete files whose every
@@ -289,7 +341,8 @@ def _merge_previous(
             parts.append(read_deletion_vector(io, delete_file))
             replaced.append(delete_file)
             continue
-        old = read_position_deletes(io, delete_file, path)
+        cached = shared.get(delete_file.file_path)
+        old = cached[path] if cached is not None else read_position_deletes(io, delete_file, path)
         parts.append(old)
         if is_file_scoped(delete_file) and len(old) == delete_file.record_count:
             replaced.append(delete_file)

@@ -173,6 +173,26 @@ def test_v3_merges_the_old_dv_and_every_position_file_and_reports_the_file_scope
     assert v3_field(result.rewritten[0], "content_offset") == v3_field(old_dv, "content_offset")
 
 
+def test_v3_a_position_file_shared_by_several_changed_files_is_folded_into_each(tmp_path: Path) -> None:
+    """A partition-scoped file naming three data files, two of them changed: each DV gets its own rows
+    of it (read once for both), and the file stays (the third data file still needs it)."""
+    a, b, c = (_data_file(tmp_path, n) for n in "abc")
+    rows = [(a.file_path, 1), (a.file_path, 9), (b.file_path, 2), (c.file_path, 3)]
+    shared = _position_file(tmp_path, sorted(rows), "shared")
+    sink = _sink(tmp_path)
+
+    sink.write(DeleteTarget(a, (ScannedDelete(shared, 1),)), np.array([5]))
+    sink.write(DeleteTarget(b, (ScannedDelete(shared, 1),)), np.array([6]))
+    result = sink.close()
+
+    got = {
+        v3_field(d, "referenced_data_file"): read_deletion_vector(PyArrowFileIO(), d).tolist()
+        for d in result.added
+    }
+    assert got == {a.file_path: [1, 5, 9], b.file_path: [2, 6]}
+    assert result.rewritten == []
+
+
 def test_v3_fold_turns_earlier_position_deletes_into_one_dv(tmp_path: Path) -> None:
     """Position-delete compaction on v3: no new position, the old DV and position files become one DV."""
     a, untouched = _data_file(tmp_path, "a"), _data_file(tmp_path, "b")
