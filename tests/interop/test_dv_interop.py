@@ -38,10 +38,10 @@ from airflow_provider_iceberg_exec.engine.io.deletion_vectors import (
     write_deletion_vectors,
 )
 from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries, v3_field
-from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
+from airflow_provider_iceberg_exec.engine.meta.scan import is_file_scoped, scan_data_files
 from airflow_provider_iceberg_exec.engine.ops.merge.outputs import Outputs
 from tests.interop.fixtures import JavaTables
-from tests.interop.tables import V3_DELETION_VECTORS
+from tests.interop.tables import V3_DELETION_VECTORS, V3_UPGRADED_MIXED_DELETES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -208,22 +208,27 @@ def test_our_bytes_equal_java_s_for_random_positions(
         assert encode_deletion_vector(np.array(positions)) == java[f"file:/made-up/{name}.parquet"], name
 
 
-def _java_dv(spark: SparkSession, table: Any, dv: Any) -> Any:
-    """Java's DeleteFile for one of our DV entries (an unpartitioned table)."""
+def _java_dv(spark: SparkSession, table: Any, dv: Any, partition_path: str | None = None) -> Any:
+    """Java's DeleteFile for one of our delete entries: a DV, or a Parquet position delete file."""
     jvm = spark._jvm
     assert jvm is not None
-    return (
-        jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.spec())
+    builder = (
+        jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(table.specs().get(dv.spec_id or 0))
         .ofPositionDeletes()
-        .withFormat(jvm.org.apache.iceberg.FileFormat.PUFFIN)
+        .withFormat(jvm.org.apache.iceberg.FileFormat.valueOf(dv.file_format.name))
         .withPath(dv.file_path)
         .withFileSizeInBytes(dv.file_size_in_bytes)
-        .withReferencedDataFile(v3_field(dv, "referenced_data_file"))
-        .withContentOffset(v3_field(dv, "content_offset"))
-        .withContentSizeInBytes(v3_field(dv, "content_size_in_bytes"))
         .withRecordCount(dv.record_count)
-        .build()
     )
+    if partition_path:
+        builder = builder.withPartitionPath(partition_path)
+    if (referenced := v3_field(dv, "referenced_data_file")) is not None:
+        builder = builder.withReferencedDataFile(referenced)
+    if is_deletion_vector(dv):
+        builder = builder.withContentOffset(v3_field(dv, "content_offset")).withContentSizeInBytes(
+            v3_field(dv, "content_size_in_bytes")
+        )
+    return builder.build()
 
 
 def test_java_loads_our_dvs_with_its_checks(
@@ -254,27 +259,10 @@ def test_java_loads_our_dvs_with_its_checks(
         assert not index.isDeleted(max(positions) + 1), name
 
 
-def test_merge_on_read_dvs_commit_through_java_and_spark_reads_the_rows_left(
-    spark: SparkSession, java_table: JavaTables, catalog: SqlCatalog, tmp_path: Path
-) -> None:
-    """Our merge writer on a v3 table: one DV per changed data file, merged with its old DV; Java's
-    RowDelta adds ours and removes the old (reported as rewritten), and Spark, which fails on two DVs
-    for one data file, reads exactly the rows that should be left."""
+def _delete_some_rows(outputs: Outputs, table: Any, changed: list[Any]) -> set[int]:
+    """Delete a few live rows of each changed file through the merge writer; their ids."""
     import pyarrow.parquet as pq
-    from pyiceberg.expressions import AlwaysTrue
 
-    built = java_table.fresh(V3_DELETION_VECTORS)
-    table = catalog.register_table("ns.t", built.metadata_location)
-    snapshot = table.current_snapshot()
-    assert snapshot is not None
-    scanned = scan_data_files(table, snapshot, AlwaysTrue())
-    with_dv = [f for f in scanned if any(is_deletion_vector(d.data_file) for d in f.delete_files)]
-    without = [f for f in scanned if not f.delete_files]
-    assert with_dv, "the Java table has no data file with a DV"
-    changed = [*with_dv, *without[:1]]
-    limits = ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path / "spill"))
-    outputs = Outputs(table, table.spec(), "t1", limits)
-    outputs.start(str(tmp_path))
     removed_ids: set[int] = set()
     for number, target in enumerate(changed):
         deleted = set(deleted_positions(table.io, target).tolist())
@@ -286,27 +274,63 @@ def test_merge_on_read_dvs_commit_through_java_and_spark_reads_the_rows_left(
         output.write_deletes(np.array(live, dtype=np.int64))
         output.close()
     outputs.finish()
+    return removed_ids
+
+
+@pytest.mark.parametrize("kind", [V3_DELETION_VECTORS, V3_UPGRADED_MIXED_DELETES])
+def test_merge_on_read_dvs_commit_through_java_and_spark_reads_the_rows_left(
+    spark: SparkSession, java_table: JavaTables, catalog: SqlCatalog, tmp_path: Path, kind: str
+) -> None:
+    """Our merge writer on a v3 table: one DV per changed data file, merged with its old DV and its
+    position delete files (partition-scoped ones of the upgraded table too); Java's RowDelta adds ours
+    and removes what they replace (reported as rewritten), and Spark, which fails on two DVs for one
+    data file, reads exactly the rows that should be left."""
+    from pyiceberg.expressions import AlwaysTrue
+
+    built = java_table.fresh(kind)
+    table = catalog.register_table("ns.t", built.metadata_location)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    scanned = scan_data_files(table, snapshot, AlwaysTrue())
+    with_dv = [f for f in scanned if any(is_deletion_vector(d.data_file) for d in f.delete_files)]
+    others = [f for f in scanned if not any(is_deletion_vector(d.data_file) for d in f.delete_files)]
+    assert with_dv, "the Java table has no data file with a DV"
+    changed = [*with_dv, *others[:2]]
+    limits = ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path / "spill"))
+    outputs = Outputs(table, table.spec(), "t1", limits)
+    outputs.start(str(tmp_path))
+
+    removed_ids = _delete_some_rows(outputs, table, changed)
 
     assert len(outputs.delete_files) == len(changed)
     assert len({d.file_path for d in outputs.delete_files}) == 1  # one Puffin file for the task
-    assert sorted(
-        (d.file_path, v3_field(d, "content_offset")) for d in outputs.rewritten_delete_files
-    ) == sorted(
+    old_dvs = sorted(
         (d.data_file.file_path, v3_field(d.data_file, "content_offset"))
         for f in with_dv
         for d in f.delete_files
         if is_deletion_vector(d.data_file)
     )
+    rewritten = outputs.rewritten_delete_files
+    assert sorted(
+        (d.file_path, v3_field(d, "content_offset")) for d in rewritten if is_deletion_vector(d)
+    ) == (old_dvs)
+    assert all(is_file_scoped(d) for d in rewritten)
     jvm = spark._jvm
     assert jvm is not None
     java_table_ = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
         spark._jsparkSession, built.spark_identifier
     )
+    specs, schema = table.metadata.specs(), table.metadata.schema()
+
+    def partition_path(f: Any) -> str | None:
+        spec = specs[f.spec_id]
+        return spec.partition_to_path(f.partition, schema) if spec.fields else None
+
     delta = java_table_.newRowDelta().validateFromSnapshot(snapshot.snapshot_id)
     for dv in outputs.delete_files:
-        delta.addDeletes(_java_dv(spark, java_table_, dv))
-    for old in outputs.rewritten_delete_files:
-        delta.removeDeletes(_java_dv(spark, java_table_, old))
+        delta.addDeletes(_java_dv(spark, java_table_, dv, partition_path(dv)))
+    for old in rewritten:
+        delta.removeDeletes(_java_dv(spark, java_table_, old, partition_path(old)))
     delta.commit()
     spark.sql(f"REFRESH TABLE {built.spark_identifier}")
 
