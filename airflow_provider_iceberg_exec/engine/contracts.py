@@ -581,6 +581,9 @@ class ConvertTaskResult(TypedDict):
     #: file-scoped position delete files whose positions the new files carry (removed by the commit)
     merged_position_delete_files: list[str]
     added_delete_files: list[ContentFileJson]
+    #: v3 only: the old DVs and file-scoped position delete files the new DVs replace (the commit
+    #: removes them; a DV by its file path, content offset and size)
+    rewritten_delete_files: NotRequired[list[ContentFileJson]]
     dangling_equality_delete_files: list[str]
     matched_rows: int
     data_rows_read: int

@@ -1,17 +1,20 @@
 """Deletion vectors (format v3): Puffin ``deletion-vector-v1`` blobs holding portable roaring bitmaps.
 
-A DV is read blob by blob at ``content_offset``/``content_size_in_bytes`` (length, magic and CRC-32
-checked) and decoded from the portable 64-bit roaring format with pyroaring. Where a DV applies to a data
-file, position delete files do not (spec 6.2; :func:`.positions.deleted_positions` applies that rule).
+A DV is read blob by blob at ``content_offset``/``content_size_in_bytes`` (length, magic, CRC-32 and
+cardinality == ``record_count`` checked, as Java's reader does; :mod:`~.io.deletion_vectors` holds the
+format). Where a DV applies to a data file, position delete files do not (spec 6.2;
+:func:`.positions.deleted_positions` applies that rule).
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
 from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
+from airflow_provider_iceberg_exec.engine.io.deletion_vectors import (
+    decode_deletion_vector,
+    read_deletion_vector_blob,
+)
 from airflow_provider_iceberg_exec.engine.meta.manifests import v3_field
 
 if TYPE_CHECKING:
@@ -20,9 +23,7 @@ if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile
 
-__all__ = ["decode_deletion_vector", "is_deletion_vector", "read_deletion_vector"]
-
-_DV_MAGIC = b"\xd1\xd3\x39\x64"
+__all__ = ["content_size", "decode_deletion_vector", "is_deletion_vector", "read_deletion_vector"]
 
 
 def is_deletion_vector(delete_file: DataFile) -> bool:
@@ -41,7 +42,8 @@ def read_deletion_vector(io: FileIO, dv: DataFile) -> npt.NDArray[np.int64]:
     :param io: the table's FileIO.
     :param dv: the DV's manifest entry, with ``content_offset`` and ``content_size_in_bytes``.
     :returns: the positions as a sorted int64 array.
-    :raises DataFileReadError: when the entry lacks the blob location or the blob is malformed.
+    :raises DataFileReadError: when the entry lacks the blob location, the blob is malformed, or its
+        cardinality is not the entry's ``record_count``.
     """
     offset = v3_field(dv, "content_offset")
     size = v3_field(dv, "content_size_in_bytes")
@@ -49,46 +51,15 @@ def read_deletion_vector(io: FileIO, dv: DataFile) -> npt.NDArray[np.int64]:
         raise DataFileReadError(
             f"deletion vector {dv.file_path} has no content_offset/content_size_in_bytes in its manifest"
         )
-    try:
-        with io.new_input(dv.file_path).open() as stream:
-            stream.seek(int(offset))
-            blob = stream.read(int(size))
-    except (FileNotFoundError, OSError) as err:
-        raise DataFileReadError(f"deletion vector file {dv.file_path} cannot be read: {err}") from err
-    return decode_deletion_vector(blob, what=f"{dv.file_path}@{offset}")
+    return read_deletion_vector_blob(io, dv.file_path, int(offset), int(size), record_count=dv.record_count)
 
 
-def decode_deletion_vector(blob: bytes, what: str = "blob") -> npt.NDArray[np.int64]:
-    """Decode a ``deletion-vector-v1`` blob: length, magic, portable 64-bit roaring bitmap, CRC-32.
-
-    >>> decode_deletion_vector(bytes.fromhex(
-    ...     "00000026d1d339640100000000000000000000003a300000010000000000020010000000030005000700000bc16c"
-    ... )).tolist()
-    [3, 5, 7]
-    """
-    if len(blob) < 12:
-        raise DataFileReadError(f"deletion vector {what} is too short ({len(blob)} bytes)")
-    (length,) = struct.unpack(">I", blob[:4])
-    if length != len(blob) - 8:
-        raise DataFileReadError(
-            f"deletion vector {what}: length {length} does not match blob size {len(blob)}"
-        )
-    body = blob[4 : 4 + length]
-    if body[:4] != _DV_MAGIC:
-        raise DataFileReadError(f"deletion vector {what}: bad magic {body[:4].hex()}")
-    (crc,) = struct.unpack(">I", blob[4 + length : 8 + length])
-    if zlib.crc32(body) & 0xFFFFFFFF != crc:
-        raise DataFileReadError(f"deletion vector {what}: CRC-32 mismatch")
-    return _decode_roaring64(bytes(body[4:]), what)
-
-
-def _decode_roaring64(data: bytes, what: str) -> npt.NDArray[np.int64]:
-    """The positions of a portable 64-bit roaring bitmap (the spec's layout, CRoaring's portable format)."""
-    import numpy as np
-    from pyroaring import BitMap64
-
-    try:
-        bitmap = BitMap64.deserialize(data)
-    except (ValueError, OverflowError, IndexError) as err:  # IndexError: no bitmap bytes at all
-        raise DataFileReadError(f"deletion vector {what}: truncated or malformed bitmap ({err})") from err
-    return np.frombuffer(bitmap.to_array(), dtype=np.uint64).astype(np.int64)
+def content_size(content_file: DataFile) -> int:
+    """The bytes a content file counts for in sizes and summaries: a DV its blob
+    (``content_size_in_bytes``; its ``file_size_in_bytes`` is the whole shared Puffin file), any other
+    file its size (Java's ``SnapshotSummary`` and ``RewritePositionDeletesGroup`` count so)."""
+    if is_deletion_vector(content_file):
+        size = v3_field(content_file, "content_size_in_bytes")
+        if size is not None:
+            return int(size)
+    return int(content_file.file_size_in_bytes)

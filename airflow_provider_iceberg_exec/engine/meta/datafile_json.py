@@ -393,6 +393,32 @@ def _decode_enum(reader: _Reader, key: str, parse: Callable[[str], Any]) -> Any:
         raise reader.error(key, f"unknown value {text!r}") from None
 
 
+_BLOB_KEYS = ("content-offset", "content-size-in-bytes")
+
+
+def _check_blob_fields(
+    reader: _Reader, content: DataFileContent, file_format: FileFormat, v3_fields: Mapping[str, Any]
+) -> None:
+    """A deletion vector (a Puffin position delete) has its referenced data file and blob location;
+    nothing else has a blob location (Java's ``FileMetadata.Builder`` checks the same)."""
+    if file_format == FileFormat.PUFFIN:
+        if content != DataFileContent.POSITION_DELETES:
+            raise reader.error("file-format", "a Puffin content file must be a position delete (a DV)")
+        for key, name, _ in _V3_FIELDS[1:]:
+            if v3_fields[name] is None:
+                raise reader.error(
+                    key,
+                    "is missing: a deletion vector needs referenced-data-file, "
+                    "content-offset and content-size-in-bytes",
+                )
+        if v3_fields["content_offset"] < 0 or v3_fields["content_size_in_bytes"] <= 0:
+            raise reader.error("content-offset", "a deletion vector's blob offset/size must be >= 0 / > 0")
+        return
+    for key in _BLOB_KEYS:
+        if reader.doc.get(key) is not None:
+            raise reader.error(key, f"only a deletion vector (Puffin) has it, not a {file_format.name} file")
+
+
 def data_file_from_json(
     doc: Mapping[str, Any], specs: Mapping[int, PartitionSpec], schema: Schema
 ) -> DataFile:
@@ -456,6 +482,7 @@ def data_file_from_json(
         raise reader.error("key-metadata", str(err)) from None
 
     v3_fields = {name: reader.get(key, kind) for key, name, kind in _V3_FIELDS}
+    _check_blob_fields(reader, fields["content"], fields["file_format"], v3_fields)
     version: Literal[2, 3] = 2
     if any(value is not None for value in v3_fields.values()):
         version = 3

@@ -32,6 +32,7 @@ from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferen
 from airflow_provider_iceberg_exec.engine.commit.snapshots import SequencedDelete, commit_delete_rewrite
 from airflow_provider_iceberg_exec.engine.commit.verification import verify_added_files
 from airflow_provider_iceberg_exec.engine.contracts import CONVERT_RESULT, ConvertResult
+from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size
 from airflow_provider_iceberg_exec.engine.documents import check_base_snapshot, check_convert_task_result
 from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
@@ -141,7 +142,7 @@ def commit_conversion(
     result["converted_equality_delete_files_count"] = len(removed_eq)
     result["added_position_delete_files_count"] = len(sequenced)
     result["removed_position_delete_files_count"] = len(merged)
-    result["added_bytes_count"] = sum(f.file_size_in_bytes for f, _ in added)
+    result["added_bytes_count"] = sum(content_size(f) for f, _ in added)
     result["snapshot_ids"] = [outcome.snapshot_id]
     result["already_committed"] = outcome.already_committed
     return result

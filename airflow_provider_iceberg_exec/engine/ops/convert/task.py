@@ -4,7 +4,10 @@ The matching is the narrow join of :mod:`~.deletes.matches` (key columns only, s
 matched positions are merged with those of its file-scoped position delete files (they are removed by
 the commit), so that each data file keeps one position delete file; with ``partition`` granularity the
 partition's positions go to files of the target size instead. Partition-scoped position delete files
-are left as they are (``rewrite-position-deletes`` compacts them).
+are left as they are (``rewrite-position-deletes`` compacts them). On a v3 table the positions go to
+one deletion vector per data file instead (:mod:`~.deletes.sink`: merged with the file's old DV and all
+its position deletes; the old DV and the file-scoped files it replaces are in the result's
+``rewritten_delete_files``).
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import CONVERT_TASK_RESULT, ConvertTaskResult
 from airflow_provider_iceberg_exec.engine.deletes.matches import MatchStats, equality_matches
 from airflow_provider_iceberg_exec.engine.deletes.positions import read_position_deletes
-from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector
+from airflow_provider_iceberg_exec.engine.deletes.sink import DeleteTarget, SinkResult, position_delete_sink
+from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size, is_deletion_vector
 from airflow_provider_iceberg_exec.engine.documents import check_base_snapshot, check_convert_task
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
-from airflow_provider_iceberg_exec.engine.io.position_delete_writer import PositionDeleteWriter
 from airflow_provider_iceberg_exec.engine.io.session import resource_error, track_resources
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to_json
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile, is_file_scoped
@@ -31,7 +34,6 @@ from airflow_provider_iceberg_exec.engine.progress import track
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
-    import pyarrow as pa
     from pyiceberg.table import Table
 
 __all__ = ["convert_task", "merged_position_deletes"]
@@ -77,17 +79,17 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
         ) as progress,
         track_resources(limits) as (spill_dir, resources),
     ):
-        writer = PositionDeleteWriter(
+        sink = position_delete_sink(
+            metadata,
             io=table.io,
             location_provider=table.location_provider(),
             spec=specs[first.spec_id],
-            schema=schema,
             partition=first.partition,
             target_file_size_bytes=options.target_file_size_bytes,
-            properties=metadata.properties,
             buffer_bytes=limits.writer_buffer_bytes,
             granularity=options.delete_granularity,
             file_prefix=f"{task['task_id']}-eq-to-pos",
+            schema=schema,
         )
         try:
             matches = equality_matches(
@@ -101,27 +103,30 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
             )
             done_files = done_bytes = 0
             for scanned, positions in _per_file(files, matches):
-                for delete in merged_position_deletes(scanned):
-                    old = read_position_deletes(table.io, delete.data_file, scanned.data_file.file_path)
-                    # Only a file whose every row names this data file can go (bounds may mislead).
-                    if len(old) == delete.data_file.record_count:
-                        positions = np.union1d(positions, old)
-                        merged.add(delete.data_file.file_path)
-                writer.write(_rows(scanned.data_file.file_path, positions))
+                if not sink.folds_previous:  # a DV sink merges the file's earlier deletes itself
+                    for delete in merged_position_deletes(scanned):
+                        old = read_position_deletes(table.io, delete.data_file, scanned.data_file.file_path)
+                        # Only a file whose every row names this data file can go (bounds may mislead).
+                        if len(old) == delete.data_file.record_count:
+                            positions = np.union1d(positions, old)
+                            merged.add(delete.data_file.file_path)
+                sink.write(DeleteTarget.of(scanned), positions)
                 done_files, done_bytes = done_files + 1, done_bytes + scanned.data_file.file_size_in_bytes
                 progress.advance(
                     files=1, bytes_done=scanned.data_file.file_size_in_bytes, rows=len(positions)
                 )
             # The data files no equality delete matched are done too (the join read them).
             progress.advance(files=len(files) - done_files, bytes_done=size - done_bytes)
-            added = writer.close()
+            written = sink.close()
         except BaseException as err:
-            writer.abort()
+            sink.abort()
             mapped = resource_error(err)
             if mapped is err:
                 raise
             raise mapped from err
-    added_bytes = sum(f.file_size_in_bytes for f in added)
+    added = written.added
+    merged.update(f.file_path for f in written.rewritten if not is_deletion_vector(f))
+    added_bytes = sum(content_size(f) for f in added)
     log.info(
         "task %s: %d data file(s), %d equality delete(s): %d rows matched -> %d position delete "
         "file(s), %d bytes",
@@ -132,7 +137,7 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
         len(added),
         added_bytes,
     )
-    return ConvertTaskResult(
+    result = ConvertTaskResult(
         schema=CONVERT_TASK_RESULT,
         table=task["table"],
         branch=task["branch"],
@@ -150,6 +155,14 @@ def convert_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) 
         spilled_bytes=resources.spilled_bytes,
         elapsed_seconds=round(resources.elapsed_seconds, 3),
     )
+    if sink.folds_previous:
+        result["rewritten_delete_files"] = _rewritten_json(written, specs, schema)
+    return result
+
+
+def _rewritten_json(written: SinkResult, specs: Mapping[int, Any], schema: Any) -> list[Any]:
+    """The delete files the new DVs replace, for the commit to remove (a DV by path, offset, size)."""
+    return [data_file_to_json(f, specs[f.spec_id], schema) for f in written.rewritten]
 
 
 def merged_position_deletes(scanned: ScannedFile) -> list[ScannedDelete]:
@@ -182,13 +195,3 @@ def _per_file(
         chunks.append(positions)
     if current is not None:
         yield files[current], np.concatenate(chunks)
-
-
-def _rows(path: str, positions: npt.NDArray[np.int64]) -> pa.RecordBatch:
-    """One data file's sorted positions as ``(file_path, pos)`` rows for the writer."""
-    import numpy as np
-    import pyarrow as pa
-
-    indices = pa.array(np.zeros(len(positions), dtype=np.int32))
-    paths = pa.DictionaryArray.from_arrays(indices, pa.array([path]))
-    return pa.record_batch({"file_path": paths.cast(pa.string()), "pos": pa.array(positions, pa.int64())})

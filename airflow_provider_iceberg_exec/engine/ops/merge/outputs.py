@@ -3,8 +3,11 @@
 - Copy-on-write: the kept rows of a changed file (and its updated rows, when they stay in its partition)
   are written into new files of their own, file by file, so a file's layout survives; a file in which no
   row changed is discarded (its output removed), so it stays in the table untouched.
-- Merge-on-read: each changed file gets position delete files of its own (file granularity, Spark's
-  default), written as the file streams, in position order.
+- Merge-on-read: on a v2 table each changed file gets position delete files of its own (file
+  granularity, Spark's default), written as the file streams, in position order; on a v3 table each
+  changed file gets one deletion vector, merged with the deletes it had (:mod:`~.deletes.sink`), all of
+  the task's DVs in one Puffin file, and the old DVs and file-scoped delete files are reported as
+  rewritten (:attr:`Outputs.rewritten_delete_files`: the commit removes them).
 - New rows (inserts, merge-on-read updates, rows that change partition) go to one writer; in a
   partitioned table they are first clustered by partition with DataFusion's spilling sort.
 
@@ -19,7 +22,12 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.io.position_delete_writer import PositionDeleteWriter
+from airflow_provider_iceberg_exec.engine.deletes.sink import (
+    DeleteTarget,
+    DeletionVectorSink,
+    PositionDeleteSink,
+    position_delete_sink,
+)
 from airflow_provider_iceberg_exec.engine.io.sorting import sort_for_output
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
 from airflow_provider_iceberg_exec.engine.io.write import (
@@ -64,7 +72,15 @@ class Outputs:
         self._arrow_schema = self.schema.as_arrow()
         self.data_files: list[DataFile] = []
         self.delete_files: list[DataFile] = []
+        #: v3: the delete files the new DVs replace (old DVs, file-scoped position deletes)
+        self.rewritten_delete_files: list[DataFile] = []
         self.changed_files: set[str] = set()
+        #: v3: one DV sink for the whole task (one Puffin file); v2 writes position files per data file
+        self.dv_sink = (
+            DeletionVectorSink(io=table.io, location_provider=self.locations, file_prefix=f"merge-{task_id}")
+            if metadata.format_version >= 3
+            else None
+        )
         self.rows_written = 0
         self._writers: list[Any] = []
         self._new: RollingDataFileWriter | None = None
@@ -148,13 +164,19 @@ class Outputs:
         if self._new is not None:
             self.data_files.extend(self._new.close())
             self.rows_written += self._new.rows_written
+        if self.dv_sink is not None:
+            written = self.dv_sink.close()
+            self.delete_files.extend(written.added)
+            self.rewritten_delete_files.extend(written.rewritten)
 
     def abort(self) -> None:
         for writer in self._writers:
             writer.abort()
         if self._new_stage is not None:
             self._new_stage.remove()
-        self.data_files, self.delete_files = [], []
+        if self.dv_sink is not None:
+            self.dv_sink.abort()
+        self.data_files, self.delete_files, self.rewritten_delete_files = [], [], []
 
 
 class FileOutput:
@@ -167,7 +189,7 @@ class FileOutput:
         self.in_place, self.copy_on_write = in_place, copy_on_write
         self._writer: RollingDataFileWriter | None = None
         self._stage: StagedParquet | None = None
-        self._deletes: PositionDeleteWriter | None = None
+        self._deletes: PositionDeleteSink | None = None
         self._updated: list[pa.RecordBatch] = []
 
     def write_kept(self, batch: pa.RecordBatch) -> None:
@@ -192,33 +214,28 @@ class FileOutput:
 
     def write_deletes(self, positions: npt.NDArray[np.int64]) -> None:
         """Merge-on-read: the positions (ascending) of the rows removed or updated."""
-        import pyarrow as pa
-
         if not len(positions):
             return
+        outputs = self.outputs
+        if outputs.dv_sink is not None:
+            outputs.dv_sink.write(DeleteTarget.of(self.scanned), positions)
+            return
         if self._deletes is None:
-            outputs = self.outputs
             data_file = self.scanned.data_file
-            self._deletes = PositionDeleteWriter(
+            self._deletes = position_delete_sink(
+                outputs.table.metadata,
                 io=outputs.table.io,
                 location_provider=outputs.locations,
                 spec=outputs.table.metadata.specs()[data_file.spec_id],
-                schema=outputs.schema,
                 partition=data_file.partition,
                 target_file_size_bytes=outputs.delete_target_size,
-                properties=outputs.table.metadata.properties,
                 buffer_bytes=outputs.limits.writer_buffer_bytes,
                 file_prefix=f"merge-{outputs.task_id}-d{self.number}",
+                schema=outputs.schema,
             )
             with outputs.lock:
                 outputs._writers.append(self._deletes)
-        path = self.scanned.data_file.file_path
-        self._deletes.write(
-            pa.RecordBatch.from_arrays(
-                [pa.array([path] * len(positions), pa.large_string()), pa.array(positions, pa.int64())],
-                names=["file_path", "pos"],
-            )
-        )
+        self._deletes.write(DeleteTarget.of(self.scanned), positions)
 
     def close(self) -> None:
         """Keep what was written for the file."""
@@ -226,7 +243,7 @@ class FileOutput:
 
         outputs = self.outputs
         written = self._writer.close() if self._writer is not None else []
-        deletes = self._deletes.close() if self._deletes is not None else []
+        deletes = self._deletes.close().added if self._deletes is not None else []
         with outputs.lock:
             outputs.changed_files.add(self.scanned.data_file.file_path)
             outputs.data_files.extend(written)
@@ -248,5 +265,7 @@ class FileOutput:
         for writer in (self._writer, self._deletes):
             if writer is not None:
                 writer.abort()
+        if self.outputs.dv_sink is not None:
+            self.outputs.dv_sink.forget(self.scanned.data_file.file_path)
         if self._stage is not None:
             self._stage.remove()

@@ -16,6 +16,7 @@ from airflow_provider_iceberg_exec.engine.contracts import MERGE_TASK_RESULT
 from airflow_provider_iceberg_exec.engine.deletes.equality import key_column
 from airflow_provider_iceberg_exec.engine.deletes.matches import equality_matches
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
+from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size
 from airflow_provider_iceberg_exec.engine.documents import applied_deletes_of, check_base_snapshot
 from airflow_provider_iceberg_exec.engine.documents.merge import check_merge_task
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
@@ -363,6 +364,18 @@ class _Run:
             self.counts.inserted += rows.num_rows
             self.outputs.write_new(rows)
 
+    def _rewritten_deletes(self) -> dict[str, Any]:
+        """v3 only: the delete files the task's new DVs replace (the commit removes them; a DV by its
+        path, content offset and size)."""
+        rewritten = self.outputs.rewritten_delete_files
+        if self.outputs.dv_sink is None:
+            return {}
+        return {
+            "rewritten_delete_files": [
+                data_file_to_json(f, self.specs[f.spec_id], self.schema) for f in rewritten
+            ]
+        }
+
     def result(self, stats: ExecutionStats) -> dict[str, Any]:
         doc, counts, schema = self.doc, self.counts, self.schema
         added = self.outputs.data_files
@@ -389,6 +402,7 @@ class _Run:
             "applied_deletes": counts.applied_deletes,
             "added_data_files": [data_file_to_json(f, self.outputs.spec, schema) for f in added],
             "added_delete_files": [data_file_to_json(f, self.specs[f.spec_id], schema) for f in deletes],
+            **self._rewritten_deletes(),
             "changed_data_files": sorted(self.outputs.changed_files),
             "num_target_rows_updated": counts.updated,
             "num_target_rows_deleted": counts.deleted,
@@ -397,7 +411,7 @@ class _Run:
             "num_target_rows_matched": counts.matched,
             "delete_file_rows": counts.delete_file_rows,
             "read_bytes": counts.read_bytes,
-            "written_bytes": sum(f.file_size_in_bytes for f in [*added, *deletes]),
+            "written_bytes": sum(content_size(f) for f in [*added, *deletes]),
             "peak_rss_bytes": stats.peak_rss_bytes,
             "spilled_bytes": stats.spilled_bytes,
             "elapsed_seconds": round(stats.elapsed_seconds, 3),

@@ -16,6 +16,7 @@ from pyiceberg.typedef import Record
 from pyroaring import BitMap64
 
 from airflow_provider_iceberg_exec.engine.deletes.vectors import (
+    content_size,
     decode_deletion_vector,
     is_deletion_vector,
     read_deletion_vector,
@@ -44,6 +45,7 @@ def _dv_entry(
     size: int | None,
     content: DataFileContent = DataFileContent.POSITION_DELETES,
     file_format: FileFormat = FileFormat.PUFFIN,
+    record_count: int = 3,
 ) -> DataFile:
     return DataFile.from_args(
         _table_format_version=3,
@@ -51,7 +53,7 @@ def _dv_entry(
         file_path=path,
         file_format=file_format,
         partition=Record(),
-        record_count=3,
+        record_count=record_count,
         file_size_in_bytes=100,
         referenced_data_file="file:///t/data/a.parquet",
         content_offset=offset,
@@ -164,8 +166,8 @@ def test_reads_each_blob_at_its_offset_and_size(tmp_path: Path) -> None:
     path, where = _puffin(tmp_path, [_blob([4, 8]), _blob([1, (2 << 32) + 1])])
     io = PyArrowFileIO()
 
-    first = read_deletion_vector(io, _dv_entry(path, offset=where[0][0], size=where[0][1]))
-    second = read_deletion_vector(io, _dv_entry(path, offset=where[1][0], size=where[1][1]))
+    first = read_deletion_vector(io, _dv_entry(path, offset=where[0][0], size=where[0][1], record_count=2))
+    second = read_deletion_vector(io, _dv_entry(path, offset=where[1][0], size=where[1][1], record_count=2))
 
     assert first.tolist() == [4, 8]
     assert second.tolist() == [1, (2 << 32) + 1]
@@ -177,6 +179,15 @@ def test_a_wrong_offset_is_reported_with_the_file_and_offset(tmp_path: Path) -> 
 
     with pytest.raises(DataFileReadError, match=re.escape(f"deletion vector {path}@{offset + 1}:")):
         read_deletion_vector(PyArrowFileIO(), _dv_entry(path, offset=offset + 1, size=size))
+
+
+def test_a_cardinality_other_than_the_record_count_is_refused(tmp_path: Path) -> None:
+    """Java's reader fails on it: a DV whose entry disagrees with its bitmap is corrupt."""
+    path, where = _puffin(tmp_path, [_blob([4, 8])])
+    entry = _dv_entry(path, offset=where[0][0], size=where[0][1], record_count=3)
+
+    with pytest.raises(DataFileReadError, match="2 positions but its record_count is 3"):
+        read_deletion_vector(PyArrowFileIO(), entry)
 
 
 @pytest.mark.parametrize(("offset", "size"), [(None, 20), (4, None), (None, None)])
@@ -212,3 +223,15 @@ def test_only_puffin_position_deletes_are_deletion_vectors(
     entry = _dv_entry("file:///t/d", offset=4, size=20, content=content, file_format=file_format)
 
     assert is_deletion_vector(entry) is expected
+
+
+# -- content_size -------------------------------------------------------------------------------------------
+
+
+def test_a_dv_counts_its_blob_and_other_files_their_size() -> None:
+    """A DV's file_size_in_bytes is its whole (shared) Puffin file: sizes count its blob, as Java's."""
+    dv = _dv_entry("file:///t/dv.puffin", offset=4, size=42)
+    parquet = _dv_entry("file:///t/d.parquet", offset=None, size=None, file_format=FileFormat.PARQUET)
+
+    assert content_size(dv) == 42
+    assert content_size(parquet) == 100

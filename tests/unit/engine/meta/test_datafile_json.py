@@ -515,6 +515,56 @@ def test_deletion_vector_entry_round_trips_in_the_v3_layout():
     }
 
 
+def _dv_doc(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "spec-id": 0,
+        "content": "position-deletes",
+        "file-path": "s3://b/t/data/dv.puffin",
+        "file-format": "puffin",
+        "partition": [],
+        "file-size-in-bytes": 120,
+        "record-count": 3,
+        "referenced-data-file": "s3://b/t/data/a.parquet",
+        "content-offset": 4,
+        "content-size-in-bytes": 42,
+    }
+    doc.update(changes)
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+@pytest.mark.parametrize("missing", ["referenced-data-file", "content-offset", "content-size-in-bytes"])
+def test_a_deletion_vector_document_without_its_blob_fields_is_refused(missing: str):
+    with pytest.raises(DataFileCodecError, match=rf"key '{missing}': is missing: a deletion vector needs"):
+        data_file_from_json(_dv_doc(**{missing: None}), {0: UNPARTITIONED}, _schema(LongType()))
+
+
+def test_a_puffin_document_that_is_not_a_position_delete_is_refused():
+    with pytest.raises(DataFileCodecError, match="must be a position delete"):
+        data_file_from_json(_dv_doc(content="data"), {0: UNPARTITIONED}, _schema(LongType()))
+
+
+def test_a_deletion_vector_with_a_negative_offset_is_refused():
+    with pytest.raises(DataFileCodecError, match="blob offset/size"):
+        data_file_from_json(_dv_doc(**{"content-offset": -1}), {0: UNPARTITIONED}, _schema(LongType()))
+
+
+@pytest.mark.parametrize("key", ["content-offset", "content-size-in-bytes"])
+def test_a_parquet_delete_file_with_a_blob_location_is_refused(key: str):
+    doc = _dv_doc(**{"file-format": "parquet", "content-offset": None, "content-size-in-bytes": None})
+    doc[key] = 4
+
+    with pytest.raises(DataFileCodecError, match=rf"key '{key}': only a deletion vector \(Puffin\) has it"):
+        data_file_from_json(doc, {0: UNPARTITIONED}, _schema(LongType()))
+
+
+def test_a_parquet_position_delete_file_may_reference_its_data_file():
+    doc = _dv_doc(**{"file-format": "parquet", "content-offset": None, "content-size-in-bytes": None})
+
+    decoded = data_file_from_json(doc, {0: UNPARTITIONED}, _schema(LongType()))
+
+    assert decoded.file_format == FileFormat.PARQUET
+
+
 def test_file_without_spec_id_uses_the_given_spec():
     data_file = DataFile.from_args(
         file_path="a.parquet",
