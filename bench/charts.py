@@ -88,6 +88,16 @@ CASES: dict[str, dict[str, tuple[str, str]]] = {
         "pyset-lean": ("other", "leanest Python set"),
         "floor": ("floor", "listing only"),
     },
+    "merge": {
+        "ours-cow": ("ours", "iceberg-exec upsert, copy-on-write"),
+        "ours-mor": ("ours", "iceberg-exec upsert, merge-on-read"),
+        "ours-large": ("ours", "iceberg-exec upsert, 5x source, 64 MiB"),
+        "pyiceberg": ("pyiceberg", "PyIceberg table.upsert()"),
+        "spark-cow": ("spark", "Spark MERGE INTO, copy-on-write"),
+        "spark-mor": ("spark", "Spark MERGE INTO, merge-on-read"),
+        "floor-cow": ("floor", "floor: copy-on-write, PyArrow"),
+        "floor-mor": ("floor", "floor: merge-on-read, PyArrow"),
+    },
     "object_store": {
         "compact-file": ("ours", "iceberg-exec compact, local"),
         "compact-s3": ("ours", "iceberg-exec compact, S3"),
@@ -103,6 +113,7 @@ TITLES = {
     "manifests": "Manifest rewrite (bench/manifests.py)",
     "orphans": "Orphan scan (bench/orphans.py)",
     "small_files": "Many small files (bench/small_files.py)",
+    "merge": "MERGE / upsert (bench/merge.py)",
     "object_store": "Compaction on object storage (bench/object_store.py)",
 }
 
@@ -387,12 +398,20 @@ def _reference_note(described: Described) -> str:
     """Which case the ratios are against, which peers the bench has but this run lacks, what failed."""
     measured = [b for b in described.bars if b.seconds or b.peak_rss_mib]
     groups = list(dict.fromkeys(b.group for b in described.bars))
-    references = []
-    for group in groups:
-        reference = _reference([b for b in measured if b.group == group], "peak_rss_mib")
-        if reference is not None and reference.label not in references:
-            references.append(reference.label)
-    note = f"ratios: against {' / '.join(references)} of the same group" if references else "no peer measured"
+    by_value: dict[str, list[str]] = {"seconds": [], "peak_rss_mib": []}
+    for value, references in by_value.items():
+        for group in groups:
+            reference = _reference([b for b in measured if b.group == group], value)
+            if reference is not None and reference.label not in references:
+                references.append(reference.label)
+    # A peer with no time (killed at a timeout) is the memory reference only: say which is which.
+    times, memory = (" / ".join(by_value[v]) for v in ("seconds", "peak_rss_mib"))
+    if not memory:
+        note = "no peer measured"
+    elif times == memory:
+        note = f"ratios: against {memory} of the same group"
+    else:
+        note = f"ratios: time against {times or 'none'}, peak RSS against {memory}, of the same group"
     known = {role for role, _ in CASES[described.bench].values()}
     roles = {b.role for b in measured}
     absent = [ROLE_NAMES[r] for r in REFERENCE_ORDER if r in known and r not in roles]
