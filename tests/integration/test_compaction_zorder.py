@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
@@ -19,7 +20,10 @@ from tests.helpers import live_checksum
 from tests.unit.engine.io.test_zorder import _reference
 
 
-def test_zorder_compaction_orders_rows_by_interleaved_bits(catalog: Catalog, tmp_path: Path) -> None:
+@pytest.mark.parametrize("contribution", [3, 8])  # unequal widths (11 bytes), equal widths (16 bytes)
+def test_zorder_compaction_orders_rows_by_interleaved_bits(
+    catalog: Catalog, tmp_path: Path, contribution: int
+) -> None:
     schema = Schema(
         NestedField(1, "x", LongType(), required=False),
         NestedField(2, "y", DoubleType(), required=False),
@@ -45,7 +49,7 @@ def test_zorder_compaction_orders_rows_by_interleaved_bits(catalog: Catalog, tmp
         table,
         strategy="sort",
         sort_order="zorder(x, tag)",
-        options={"rewrite-all": "true", "var-length-contribution": "3"},
+        options={"rewrite-all": "true", "var-length-contribution": str(contribution)},
         limits=limits,
     )
     assert result["rewritten_data_files_count"] == 6
@@ -55,5 +59,5 @@ def test_zorder_compaction_orders_rows_by_interleaved_bits(catalog: Catalog, tmp
     assert {f.sort_order_id for f in files} == {0}
     for data_file in files:
         rows = pq.read_table(data_file.file_path.removeprefix("file://")).to_pylist()
-        values = _reference([(r["x"], r["tag"]) for r in rows], ["long", "string"], 3, 2**31 - 1)
+        values = _reference([(r["x"], r["tag"]) for r in rows], ["long", "string"], contribution, 2**31 - 1)
         assert values == sorted(values)

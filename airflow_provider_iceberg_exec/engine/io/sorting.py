@@ -17,7 +17,7 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.session import build_session
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged
-from airflow_provider_iceberg_exec.engine.io.zorder import ZOrder, zorder_values
+from airflow_provider_iceberg_exec.engine.io.zorder import ZOrder, zorder_width, zorder_words
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -221,7 +221,8 @@ def sort_for_output(
         hidden.append((f"{_HIDDEN_PREFIX}p{i}", _keyed(column, fn), True, True))
     for j, key in enumerate(keys):
         if isinstance(key, ZOrder):
-            hidden.append((f"{_HIDDEN_PREFIX}z{j}", _zordered(key), True, True))
+            words = _zordered(key, zorder_width(key, schema))
+            hidden.extend((f"{_HIDDEN_PREFIX}z{j}_{w}", word, True, True) for w, word in enumerate(words))
             continue
         source = schema.find_field(key.source_id)
         if key.transform == "identity" and key.column in top_level and "." not in key.column:
@@ -286,13 +287,21 @@ def _sort_limits(limits: ResourceLimits, staged_bytes: int, staged_rows: int) ->
     return dataclasses.replace(limits, batch_size=rows)
 
 
-def _zordered(key: ZOrder) -> Any:
+def _zordered(key: ZOrder, width: int) -> list[Any]:
+    """One function per word of the z-values (:func:`.zorder.zorder_words`); the words of a batch are
+    computed once, by whichever function is called first for it."""
     from airflow_provider_iceberg_exec.engine.io.write import column_of  # write imports this module
 
-    def compute(batch: pa.RecordBatch) -> pa.Array:
-        return zorder_values([column_of(batch, column) for column in key.columns], key)
+    # Holding the batch keeps its identity from being reused by another batch while it is cached.
+    last: dict[str, Any] = {"batch": None, "words": []}
 
-    return compute
+    def words(batch: pa.RecordBatch) -> list[pa.Array]:
+        if last["batch"] is not batch:
+            columns = [column_of(batch, column) for column in key.columns]
+            last["batch"], last["words"] = batch, zorder_words(columns, key, width)
+        return list(last["words"])
+
+    return [lambda batch, w=w: words(batch)[w] for w in range(-(-width // 8))]
 
 
 def _keyed(column: str | None, fn: Any) -> Any:

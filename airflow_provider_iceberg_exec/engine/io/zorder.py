@@ -27,7 +27,13 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.schema import Schema
 
-__all__ = ["DEFAULT_MAX_OUTPUT_SIZE", "DEFAULT_VAR_LENGTH_CONTRIBUTION", "ZOrder", "zorder_values"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_SIZE",
+    "DEFAULT_VAR_LENGTH_CONTRIBUTION",
+    "ZOrder",
+    "zorder_width",
+    "zorder_words",
+]
 
 DEFAULT_VAR_LENGTH_CONTRIBUTION = 8
 DEFAULT_MAX_OUTPUT_SIZE = 2**31 - 1
@@ -111,10 +117,34 @@ def _kind(field_type: Any) -> str | None:
     return None
 
 
-def zorder_values(batch_columns: list[pa.Array], key: ZOrder) -> pa.Array:
-    """The z-value (binary) of every row, from the key's columns in order."""
+def zorder_width(key: ZOrder, schema: Schema) -> int:
+    """Bytes of the key's z-values: every column's contribution, capped at ``max-output-size``."""
+    widths = []
+    for source_id in key.source_ids:
+        kind = _kind(schema.find_field(source_id).field_type)
+        widths.append(key.var_length_contribution if kind in ("string", "binary") else _PRIMITIVE_BYTES)
+    return min(sum(widths), key.max_output_size)
+
+
+def zorder_words(batch_columns: list[pa.Array], key: ZOrder, width: int) -> list[pa.Array]:
+    """The z-values as big-endian unsigned 64-bit words, zero-padded: sorting rows by the words in turn
+    orders them as their z-values' bytes (every z-value of a key has the same length), and a database
+    sorts a few integers much faster than a binary column."""
     import numpy as np
     import pyarrow as pa
+
+    packed = _packed(batch_columns, key)
+    assert packed.shape[1] == width, (packed.shape, width)
+    words = -(-width // 8)
+    padded = np.zeros((len(packed), words * 8), dtype=np.uint8)
+    padded[:, :width] = packed
+    as_words = padded.view(">u8").astype(np.uint64)
+    return [pa.array(as_words[:, w]) for w in range(words)]
+
+
+def _packed(batch_columns: list[pa.Array], key: ZOrder) -> npt.NDArray[np.uint8]:
+    """``(rows, bytes)``: the interleaved bits of the key's columns."""
+    import numpy as np
 
     parts = [_ordered_bytes(column, key.var_length_contribution) for column in batch_columns]
     total = min(sum(p.shape[1] for p in parts), key.max_output_size)
@@ -124,11 +154,7 @@ def zorder_values(batch_columns: list[pa.Array], key: ZOrder) -> pa.Array:
         bits = np.concatenate([np.unpackbits(p, axis=1) for p in parts], axis=1)
         order = _interleave_order([p.shape[1] * 8 for p in parts], total * 8)
         packed = np.packbits(bits[:, order], axis=1)
-    rows = len(packed)
-    fixed = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(total), rows, [None, pa.py_buffer(np.ascontiguousarray(packed).tobytes())]
-    )
-    return fixed.cast(pa.binary())
+    return packed
 
 
 #: up to 8 columns, the bits of one byte of every column fit one uint64 (see _interleave_equal_widths)

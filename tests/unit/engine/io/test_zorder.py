@@ -10,8 +10,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyiceberg.schema import Schema
+from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
-from airflow_provider_iceberg_exec.engine.io.zorder import ZOrder, zorder_values
+from airflow_provider_iceberg_exec.engine.io.zorder import ZOrder, zorder_width, zorder_words
 
 
 def _whole(value: int | None) -> bytes:
@@ -76,8 +78,13 @@ def _reference(rows: list[tuple[Any, ...]], kinds: list[str], length: int, max_s
 def _ours(rows: list[tuple[Any, ...]], kinds: list[str], length: int, max_size: int) -> list[bytes]:
     types = {"long": pa.int64(), "double": pa.float64(), "string": pa.string()}
     columns = [pa.array([r[i] for r in rows], types[k]) for i, k in enumerate(kinds)]
-    key = ZOrder(tuple(f"c{i}" for i in range(len(kinds))), tuple(range(len(kinds))), length, max_size)
-    return zorder_values(columns, key).to_pylist()
+    iceberg = {"long": LongType(), "double": DoubleType(), "string": StringType()}
+    schema = Schema(*(NestedField(i + 1, f"c{i}", iceberg[k], required=False) for i, k in enumerate(kinds)))
+    key = ZOrder(tuple(f"c{i}" for i in range(len(kinds))), tuple(range(1, len(kinds) + 1)), length, max_size)
+    width = zorder_width(key, schema)
+    words = [w.to_pylist() for w in zorder_words(columns, key, width)]
+    # The words in turn, big-endian, are the z-value with zero padding after its last byte.
+    return [b"".join(int(w[row]).to_bytes(8, "big") for w in words)[:width] for row in range(len(rows))]
 
 
 _longs = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))
