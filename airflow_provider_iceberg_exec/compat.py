@@ -1,0 +1,46 @@
+"""The Airflow names that moved inside the supported range (``apache-airflow>=3.1.2,<3.4``).
+
+Airflow 3.2 (Task SDK 1.2) gave ``conf``, ``AirflowFailException``, the listener manager and
+``amask_secret`` a home in ``airflow.sdk``; Airflow 3.1 has them in the core packages (and no async
+``amask_secret``: its ``mask_secret`` is safe in async code). Each name is taken from the Task SDK where
+it is there, else from its 3.1 home. ``bash .ci/run`` proves both ends: the main suite on the newest
+Airflow, the ``compat`` tests on the oldest (docs/deployment.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.sdk import conf
+    from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+else:
+    try:
+        from airflow.sdk import conf
+        from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+    except ImportError:  # Airflow 3.1
+        from airflow.configuration import conf
+        from airflow.exceptions import AirflowFailException, TaskDeferred
+
+__all__ = ["AirflowFailException", "TaskDeferred", "amask_secret", "conf", "get_listener_manager"]
+
+
+def get_listener_manager() -> Any:
+    """The listener manager whose hooks the task runner calls (``dag.test()`` included)."""
+    try:
+        from airflow.sdk.listener import get_listener_manager as manager
+    except ImportError:  # Airflow 3.1: the task runner calls the core's manager
+        from airflow.listeners.listener import get_listener_manager as manager
+    return manager()
+
+
+async def amask_secret(secret: str) -> None:
+    """Mask ``secret`` in this process's logs and the supervisor's, from async code (a trigger)."""
+    try:
+        from airflow.sdk.log import amask_secret as mask
+    except ImportError:  # Airflow 3.1: the synchronous one sends without awaiting a reply
+        from airflow.sdk.log import mask_secret
+
+        mask_secret(secret)
+        return
+    await mask(secret)
