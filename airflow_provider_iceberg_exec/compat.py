@@ -30,7 +30,7 @@ def get_listener_manager() -> Any:
     try:
         from airflow.sdk.listener import get_listener_manager as manager
     except ImportError:  # Airflow 3.1: the task runner calls the core's manager
-        from airflow.listeners.listener import get_listener_manager as manager
+        from airflow.listeners.listener import get_listener_manager as manager  # type: ignore[assignment]
     return manager()
 
 
