@@ -3,12 +3,14 @@
 Airflow 3.2 (Task SDK 1.2) gave ``conf``, ``AirflowFailException``, the listener manager and
 ``amask_secret`` a home in ``airflow.sdk``; Airflow 3.1 has them in the core packages (and no async
 ``amask_secret``: its ``mask_secret`` is safe in async code). Each name is taken from the Task SDK where
-it is there, else from its 3.1 home. ``bash .ci/run`` proves both ends: the main suite on the newest
-Airflow, the ``compat`` tests on the oldest (docs/deployment.md).
+it is there, else from its 3.1 home. Airflow 3.2 also made ``retry_exponential_backoff`` a multiplier
+(3.1: a flag that doubles the delay at each retry). ``bash .ci/run`` proves both ends: the main suite
+on the newest Airflow, the ``compat`` tests on the oldest (docs/deployment.md).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,7 +24,14 @@ else:
         from airflow.configuration import conf
         from airflow.exceptions import AirflowFailException, TaskDeferred
 
-__all__ = ["AirflowFailException", "TaskDeferred", "amask_secret", "conf", "get_listener_manager"]
+__all__ = [
+    "AirflowFailException",
+    "TaskDeferred",
+    "amask_secret",
+    "conf",
+    "get_listener_manager",
+    "retry_exponential_backoff",
+]
 
 
 def get_listener_manager() -> Any:
@@ -44,3 +53,12 @@ async def amask_secret(secret: str) -> None:
         mask_secret(secret)
         return
     await mask(secret)
+
+
+def retry_exponential_backoff(multiplier: float) -> float | bool:
+    """``multiplier`` as the installed BaseOperator takes ``retry_exponential_backoff``: itself on Airflow
+    3.2+, on 3.1 (whose default is ``False``) the flag, any non-zero value doubling the delay per retry."""
+    from airflow.sdk import BaseOperator
+
+    default = inspect.signature(BaseOperator.__init__).parameters["retry_exponential_backoff"].default
+    return bool(multiplier) if isinstance(default, bool) else multiplier

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
+from airflow_provider_iceberg_exec import compat
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
     ASSET_ALIAS,
@@ -186,7 +187,7 @@ class CommitOperator(OpenLineageMixin, BaseOperator):
             outlets=with_asset_alias(kwargs.pop("outlets", None), asset_alias),
             retries=retries,
             retry_delay=retry_delay,
-            retry_exponential_backoff=retry_exponential_backoff,
+            retry_exponential_backoff=compat.retry_exponential_backoff(retry_exponential_backoff),
             max_retry_delay=max_retry_delay,
             **kwargs,
         )

@@ -37,3 +37,14 @@ def test_amask_secret_masks_the_secret_in_what_is_logged() -> None:
 
     asyncio.run(compat.amask_secret("s3cr3t-0123456789"))
     assert "s3cr3t-0123456789" not in str(redact("password=s3cr3t-0123456789 in a log line"))
+
+
+def test_the_commits_backoff_is_what_the_installed_airflow_takes() -> None:
+    """Airflow 3.1 types ``retry_exponential_backoff`` as a flag and refuses a float at DAG parse time."""
+    from airflow_provider_iceberg_exec.operators.commit import CommitOperator
+
+    commit = CommitOperator(task_id="commit", results=[], table="ns.t")
+    expected = compat.retry_exponential_backoff(2.0)
+    assert commit.retry_exponential_backoff == expected
+    assert expected in (True, 2.0)
+    assert compat.retry_exponential_backoff(0) in (False, 0)
