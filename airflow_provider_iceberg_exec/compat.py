@@ -16,17 +16,25 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow.sdk import conf
     from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+
+    AIRFLOW_3_1 = False
 else:
     try:
         from airflow.sdk import conf
         from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+
+        AIRFLOW_3_1 = False
     except ImportError:  # Airflow 3.1
         from airflow.configuration import conf
         from airflow.exceptions import AirflowFailException, TaskDeferred
 
+        AIRFLOW_3_1 = True
+
 __all__ = [
+    "AIRFLOW_3_1",
     "AirflowFailException",
     "TaskDeferred",
+    "alias_event_extra",
     "amask_secret",
     "conf",
     "get_listener_manager",
@@ -62,3 +70,12 @@ def retry_exponential_backoff(multiplier: float) -> float | bool:
 
     default = inspect.signature(BaseOperator.__init__).parameters["retry_exponential_backoff"].default
     return bool(multiplier) if isinstance(default, bool) else multiplier
+
+
+def alias_event_extra(extra: dict[str, Any]) -> dict[str, Any]:
+    """An asset alias event's extra as the installed Airflow stores it: Airflow 3.1 hashes its items
+    (``frozenset(extra.items())``) and fails the task, after its commit landed, on a list value; there
+    a list travels as its items joined by commas."""
+    if not AIRFLOW_3_1:
+        return extra
+    return {k: ",".join(map(str, v)) if isinstance(v, list) else v for k, v in extra.items()}

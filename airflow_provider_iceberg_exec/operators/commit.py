@@ -84,7 +84,7 @@ def emit_table_asset(
     }
     for outlet in operator.outlets:
         if isinstance(outlet, AssetAlias):
-            outlet_events[outlet].add(Asset(uri=uri), extra=extra)
+            outlet_events[outlet].add(Asset(uri=uri), extra=compat.alias_event_extra(extra))
         elif isinstance(outlet, Asset) and outlet.uri == uri:
             outlet_events[outlet].extra.update(extra)
     operator.log.info("Asset %s updated (snapshots %s)", uri, snapshot_ids)

@@ -121,7 +121,7 @@ def _dangling_table(
     # A position delete for the file of a, then another engine rewrites that file without it.
     file_a = _file_in(table, "a")
     pos_delete = commit_position_deletes(table, file_a.file_path, [0, 1, 2])
-    kept_a = pq.read_table(file_a.file_path.removeprefix("file://")).slice(3)
+    kept_a = pq.read_table(file_a.file_path.removeprefix("file://"), partitioning=None).slice(3)
     _rewrite_elsewhere(table, file_a, kept_a)
     deletes = [pos_delete]
     if delete_first_row_of_b:
