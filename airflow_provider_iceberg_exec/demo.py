@@ -236,8 +236,7 @@ def _airflow_output(log_path: str, out: Any, *, verbose: bool) -> Iterator[Any]:
 @contextmanager
 def _watching(screen: Any) -> Iterator[None]:
     """Show each task as it starts and ends, and the engine's progress while it runs."""
-    from airflow.sdk.listener import get_listener_manager
-
+    from airflow_provider_iceberg_exec.compat import get_listener_manager
     from airflow_provider_iceberg_exec.engine.progress import listening
 
     watcher = _task_watcher(screen)

@@ -37,7 +37,7 @@ _DEFAULT_PAYLOAD_FILE_THRESHOLD = 1000
 
 
 def _conf_get(key: str, fallback: str) -> str:
-    from airflow.sdk import conf
+    from airflow_provider_iceberg_exec.compat import conf
 
     value = conf.get(SECTION, key, fallback=fallback)
     return fallback if value is None else str(value)

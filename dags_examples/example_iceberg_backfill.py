@@ -15,7 +15,12 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from airflow.sdk import DAG, CronDataIntervalTimetable, Param
+from airflow.sdk import DAG, Param
+
+try:
+    from airflow.sdk import CronDataIntervalTimetable
+except ImportError:  # Airflow 3.1: the timetables are in the core
+    from airflow.timetables.interval import CronDataIntervalTimetable
 
 from airflow_provider_iceberg_exec.task_groups import compaction_task_group
 

@@ -19,6 +19,8 @@ if not os.environ.get("_ICEBERG_EXEC_TEST_AIRFLOW_HOME"):
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
+from tests.compat_subset import mark_compat
+
 _TESTS = Path(__file__).resolve().parent
 _PACKAGE = _TESTS.parent / "airflow_provider_iceberg_exec"
 
@@ -35,7 +37,8 @@ DIRECTORY_MARKERS = {
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by its directory, and the package's doctests as ``unit``, so ``-m`` selects by kind."""
+    """Mark each test by its directory, and the package's doctests as ``unit``, so ``-m`` selects by kind;
+    then the compatibility subset (``compat``, tests/compat_subset.py)."""
     for item in items:
         path = item.path.resolve()
         if path.is_relative_to(_PACKAGE):
@@ -44,6 +47,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             marker = DIRECTORY_MARKERS.get(parts[0])
             if marker is not None:
                 item.add_marker(marker)
+    mark_compat(items, _TESTS, _PACKAGE)
 
 
 @pytest.fixture(autouse=True)

@@ -84,8 +84,9 @@ def engine_errors() -> Iterator[None]:
     - a trigger's error event (``TriggerFailedError``) fails the try (``AirflowException``; retries apply);
     - anything else propagates unchanged.
     """
-    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+    from airflow.sdk.exceptions import AirflowException
 
+    from airflow_provider_iceberg_exec.compat import AirflowFailException
     from airflow_provider_iceberg_exec.engine.errors import (
         CommitStateUnknownError,
         CommitValidationError,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
 
+from airflow_provider_iceberg_exec import compat
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
     ASSET_ALIAS,
@@ -83,7 +84,7 @@ def emit_table_asset(
     }
     for outlet in operator.outlets:
         if isinstance(outlet, AssetAlias):
-            outlet_events[outlet].add(Asset(uri=uri), extra=extra)
+            outlet_events[outlet].add(Asset(uri=uri), extra=compat.alias_event_extra(extra))
         elif isinstance(outlet, Asset) and outlet.uri == uri:
             outlet_events[outlet].extra.update(extra)
     operator.log.info("Asset %s updated (snapshots %s)", uri, snapshot_ids)
@@ -186,7 +187,7 @@ class CommitOperator(OpenLineageMixin, BaseOperator):
             outlets=with_asset_alias(kwargs.pop("outlets", None), asset_alias),
             retries=retries,
             retry_delay=retry_delay,
-            retry_exponential_backoff=retry_exponential_backoff,
+            retry_exponential_backoff=compat.retry_exponential_backoff(retry_exponential_backoff),
             max_retry_delay=max_retry_delay,
             **kwargs,
         )

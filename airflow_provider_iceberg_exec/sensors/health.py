@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import conf
-
+from airflow_provider_iceberg_exec.compat import conf
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.sensors._base import IcebergSensorBase
 

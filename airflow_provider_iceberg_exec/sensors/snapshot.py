@@ -6,8 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import conf
-
+from airflow_provider_iceberg_exec.compat import conf
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.sensors._base import IcebergSensorBase
 

@@ -77,8 +77,8 @@ class _CatalogPoller:
 async def catalog_poller(conn_id: str) -> _CatalogPoller:
     """Fetch the connection without blocking the event loop and map it to a catalog config."""
     from airflow.sdk import BaseHook
-    from airflow.sdk.log import amask_secret
 
+    from airflow_provider_iceberg_exec.compat import amask_secret
     from airflow_provider_iceberg_exec.hooks.iceberg_exec import (
         catalog_config_from_connection,
         connection_secrets,

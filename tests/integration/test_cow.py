@@ -282,7 +282,7 @@ def test_update_of_a_partition_column_moves_rows_to_their_new_partition(
     assert digest(live(table)) == digest(expected)
     for data_file in data_files(table):
         regions = set(
-            pq.read_table(data_file.file_path.removeprefix("file://"), columns=["region"])[
+            pq.read_table(data_file.file_path.removeprefix("file://"), columns=["region"], partitioning=None)[
                 "region"
             ].to_pylist()
         )

@@ -121,13 +121,13 @@ def _dangling_table(
     # A position delete for the file of a, then another engine rewrites that file without it.
     file_a = _file_in(table, "a")
     pos_delete = commit_position_deletes(table, file_a.file_path, [0, 1, 2])
-    kept_a = pq.read_table(file_a.file_path.removeprefix("file://")).slice(3)
+    kept_a = pq.read_table(file_a.file_path.removeprefix("file://"), partitioning=None).slice(3)
     _rewrite_elsewhere(table, file_a, kept_a)
     deletes = [pos_delete]
     if delete_first_row_of_b:
         file_b = _file_in(table, "b")
         live_b = commit_position_deletes(table, file_b.file_path, [0])
-        rows_b = pq.read_table(file_b.file_path.removeprefix("file://")).slice(1)
+        rows_b = pq.read_table(file_b.file_path.removeprefix("file://"), partitioning=None).slice(1)
     # An equality delete in partition c, before any data of c: it never applies to anything.
     eq_delete = _equality_deletes(table, {"id": (1, pa.int64(), [25])}, spec_id=0, partition=("c",))
     _commit_deletes(table, [eq_delete])

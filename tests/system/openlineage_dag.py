@@ -11,10 +11,11 @@ deletes the rows of ``user_id < 50000`` by copy-on-write through plan, mapped re
 from __future__ import annotations
 
 import json
-import os
 import sys
 from datetime import datetime
 from typing import Any
+
+from tests.system.dagbag import register
 
 DAG_ID = "iceberg_exec_lineage"
 TABLE = "demo.events"
@@ -43,17 +44,6 @@ def _build_dag() -> Any:
         commit = CommitOperator(task_id="commit", results=rewrite.output, planned=plan.output, table=TABLE)
         compact >> plan >> rewrite >> commit
     return dag
-
-
-def _register(dag: Any) -> None:
-    """Write the DAG to the metadata DB as the DAG processor would (dag.test() needs a DAG version)."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-
-    DagBundlesManager().sync_bundles_to_db()
-    bag = DagBag(dag_folder=os.devnull, collect_dags=False)
-    bag.bag_dag(dag)
-    sync_bag_to_db(bag, "dags-folder", None)
 
 
 def _results(run: Any) -> dict[str, Any]:
@@ -87,7 +77,7 @@ def main(path: str) -> int:
 
     airflow_settings.configure_orm()
     dag = _build_dag()
-    _register(dag)
+    register(dag)
     run = dag.test()
     with open(path, "w") as out:
         json.dump({"state": str(run.state), "tasks": _results(run)}, out)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.helpers import live_checksum
 from tests.system.conftest import DAGS_FOLDER, TABLE
+from tests.system.dagbag import dagbag_api
 
 pytestmark = pytest.mark.system
 
@@ -59,9 +60,8 @@ def _rendered(ti) -> dict:
 
 
 def test_dagbag_loads_every_example_without_import_errors(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(DAGS_FOLDER))
+    dagbag, _ = dagbag_api()
+    bag = dagbag(dag_folder=str(DAGS_FOLDER))
     assert bag.import_errors == {}
     assert {
         "iceberg_exec_backfill",

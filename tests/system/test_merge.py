@@ -8,7 +8,6 @@ reads the table again (``tests.helpers.live_checksum``), never the code under te
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,9 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.merge import (
     MergeOperator,
@@ -29,6 +28,7 @@ from airflow_provider_iceberg_exec.operators.merge import (
 )
 from tests.helpers import files_under, live_checksum, row_digest, table_state
 from tests.system.conftest import TABLE
+from tests.system.dagbag import register
 
 pytestmark = pytest.mark.system
 
@@ -49,17 +49,6 @@ def _checksum(rows: list[dict[str, Any]]) -> tuple[int, int]:
 def _context(task_id: str, run_id: str = "manual__1", map_index: int = -1) -> dict:
     ti = SimpleNamespace(dag_id="merge", run_id=run_id, task_id=task_id, map_index=map_index)
     return {"ti": ti, "run_id": run_id, "outlet_events": OutletEventAccessors()}
-
-
-def _register(dag) -> None:
-    """Write the DAG to the metadata DB as the DAG processor would (dag.test() needs a DAG version)."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-
-    DagBundlesManager().sync_bundles_to_db()
-    bag = DagBag(dag_folder=os.devnull, collect_dags=False)
-    bag.bag_dag(dag)
-    sync_bag_to_db(bag, "dags-folder", None)
 
 
 def _cdc_batch(table, path: Path) -> tuple[str, tuple[int, int]]:
@@ -109,7 +98,7 @@ def test_upsert_operator_takes_the_source_from_an_upstream_tasks_xcom(airflow_db
         UpsertOperator(
             task_id="upsert", table=TABLE, join_cols="id", source_files=land_batch(), memory_limit="128MiB"
         )
-    _register(dag)
+    register(dag)
     run = dag.test()
 
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}

@@ -6,9 +6,9 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.engine.io.payloads import STAGING_DIR, is_payload_ref
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.compaction import (

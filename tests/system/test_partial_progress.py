@@ -23,20 +23,10 @@ import pytest
 
 from tests.helpers import files_under, live_checksum, local_path, table_state
 from tests.system.conftest import TABLE
+from tests.system.dagbag import register
 from tests.system.equality_support import data_files_by_region
 
 pytestmark = pytest.mark.system
-
-
-def _register(dag) -> None:
-    """Write the DAG to the metadata DB as the DAG processor would (dag.test() needs a DAG version)."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-
-    DagBundlesManager().sync_bundles_to_db()  # the bundle row the DAG refers to
-    bag = DagBag(dag_folder=os.devnull, collect_dags=False)
-    bag.bag_dag(dag)
-    sync_bag_to_db(bag, "dags-folder", None)
 
 
 def _compaction_dag(dag_id: str, options: dict[str, str], *, move: tuple[str, str] | None):
@@ -55,7 +45,7 @@ def _compaction_dag(dag_id: str, options: dict[str, str], *, move: tuple[str, st
 
             lost = lose_one_input()
             dag.task_dict["compaction.plan"] >> lost >> dag.task_dict["compaction.rewrite"]
-    _register(dag)
+    register(dag)
     return dag
 
 
@@ -197,7 +187,7 @@ def test_a_failed_copy_on_write_task_fails_the_commit_and_leaves_the_table_uncha
 
         plan >> lose_one_input() >> rewrite
         plan >> commit
-    _register(dag)
+    register(dag)
     try:
         run = dag.test()
     finally:

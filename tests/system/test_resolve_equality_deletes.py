@@ -10,9 +10,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.operators.resolve import ResolveEqualityDeletesOperator
 from tests.helpers import files_under, live_checksum
 from tests.system.conftest import TABLE

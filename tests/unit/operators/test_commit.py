@@ -12,9 +12,9 @@ import os
 from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.engine.ops.results import planned_tasks
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.compaction import CompactionPlanOperator

@@ -11,9 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 from airflow.sdk import Asset, AssetAlias
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_iceberg_exec import compat
+from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.engine import errors
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.io.payloads import is_payload_ref
@@ -368,7 +369,7 @@ def test_commit_refuses_results_it_cannot_commit(sqlite_table, monkeypatch):
 def test_commit_retries_with_exponential_backoff_by_default():
     op = CommitOperator(task_id="commit", results=[])
     assert op.retries == 3
-    assert op.retry_exponential_backoff == 2.0
+    assert op.retry_exponential_backoff == compat.retry_exponential_backoff(2.0)  # 3.1: True
 
 
 def test_commit_waits_for_a_quiet_period_then_commits(sqlite_table, monkeypatch):

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 from airflow.sdk import AssetAlias
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.engine import errors
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.io.payloads import is_payload_ref

@@ -9,8 +9,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.engine import errors
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import IncompleteListingError

@@ -7,8 +7,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.engine import errors
 from airflow_provider_iceberg_exec.operators.manifests import IcebergRewriteManifestsOperator, _sort_by
 from tests.helpers import live_checksum

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 from airflow.sdk import AssetAlias
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.position_deletes import (
     PositionDeletePlanOperator,

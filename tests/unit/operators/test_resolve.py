@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 from airflow.sdk import AssetAlias
-from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.operators.compaction import CompactionPlanOperator
 from airflow_provider_iceberg_exec.operators.resolve import ResolveEqualityDeletesOperator
 from tests.helpers import files_under

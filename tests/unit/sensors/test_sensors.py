@@ -6,8 +6,9 @@ from datetime import timedelta
 
 import pytest
 from airflow.sdk import PokeReturnValue
-from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException
 
+from airflow_provider_iceberg_exec.compat import TaskDeferred
 from airflow_provider_iceberg_exec.sensors.health import IcebergTableHealthSensor
 from airflow_provider_iceberg_exec.sensors.snapshot import IcebergSnapshotSensor, to_epoch_ms
 from airflow_provider_iceberg_exec.triggers.health import IcebergTableHealthTrigger
