@@ -14,6 +14,7 @@ import pytest
 from airflow.sdk import AssetAlias
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_iceberg_exec import compat
 from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 from airflow_provider_iceberg_exec.operators.position_deletes import (
@@ -96,7 +97,7 @@ def test_passes_the_rendered_arguments_and_a_commit_id_from_the_run(sqlite_table
     assert kwargs["limits"].memory_limit_bytes == 64 * 1024**2
     assert out["snapshot_ids"] == [7]
     (event,) = context["outlet_events"][AssetAlias(name="iceberg-exec-commits")].asset_alias_events
-    assert event.extra["snapshot_ids"] == [7]
+    assert event.extra["snapshot_ids"] == compat.alias_event_extra({"snapshot_ids": [7]})["snapshot_ids"]
 
 
 def test_one_task_rewrites_and_a_retry_reports_the_landed_commit(table_with_deletes):

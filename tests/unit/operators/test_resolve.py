@@ -14,6 +14,7 @@ import pytest
 from airflow.sdk import AssetAlias
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
+from airflow_provider_iceberg_exec import compat
 from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.operators.compaction import CompactionPlanOperator
 from airflow_provider_iceberg_exec.operators.resolve import ResolveEqualityDeletesOperator
@@ -134,7 +135,7 @@ def test_resolves_with_the_rendered_arguments_and_a_commit_id_from_the_run(sqlit
     assert json.loads(json.dumps(out)) == out
     (event,) = context["outlet_events"][AssetAlias(name="iceberg-exec-commits")].asset_alias_events
     assert event.dest_asset_key.uri == "iceberg://demo/ns/events"
-    assert event.extra["snapshot_ids"] == [7]
+    assert event.extra["snapshot_ids"] == compat.alias_event_extra({"snapshot_ids": [7]})["snapshot_ids"]
 
 
 def test_commit_id_is_the_same_on_every_try_so_a_retry_finds_a_landed_commit(sqlite_table, monkeypatch):
