@@ -178,7 +178,8 @@ def iter_data_file_batches(
 
     Row positions are the running row count, because batches come in file order and unfiltered.
 
-    :param cache: shared by the files of one stream (one table schema and format version).
+    :param cache: shared by the files of one stream (one table schema, format version and ``lineage``
+        either set for every file or for none: the cache is keyed by the file's schema alone).
     :param lineage: for a v3 rewrite: the rows also carry ``_row_id`` and
         ``_last_updated_sequence_number`` (last two columns), inherited values made explicit
         (:mod:`.lineage`).
@@ -246,8 +247,7 @@ def _projection(
         partition_projection_values,
     )
 
-    # The read schema is part of the key: a stream with row lineage reads two more columns.
-    key = arrow_schema.serialize().to_pybytes() + str(table_schema.field_ids).encode()
+    key = arrow_schema.serialize().to_pybytes()
 
     def to_iceberg() -> Schema:
         try:

@@ -211,28 +211,33 @@ def sort_for_output(
     import pyarrow as pa
     from datafusion import col
 
-    # (column name, fn(batch) -> array or None for a column of the batch itself, ascending, nulls_first)
-    hidden: list[tuple[str, Any, bool, bool]] = []
+    # The sort columns (name, ascending, nulls_first), and the hidden ones computed for them:
+    # (names, fn(batch) -> one array per name).
+    order: list[tuple[str, bool, bool]] = []
+    computed: list[tuple[list[str], Any]] = []
     top_level = set(schema.as_arrow().names)
     for i, partition_field in enumerate(spec.fields):
         source = schema.find_field(partition_field.source_id)
         column = schema.find_column_name(partition_field.source_id)
         fn = partition_field.transform.pyarrow_transform(source.field_type)
-        hidden.append((f"{_HIDDEN_PREFIX}p{i}", _keyed(column, fn), True, True))
+        computed.append(([f"{_HIDDEN_PREFIX}p{i}"], _keyed(column, fn)))
+        order.append((f"{_HIDDEN_PREFIX}p{i}", True, True))
     for j, key in enumerate(keys):
         if isinstance(key, ZOrder):
-            words = _zordered(key, zorder_width(key, schema))
-            hidden.extend((f"{_HIDDEN_PREFIX}z{j}_{w}", word, True, True) for w, word in enumerate(words))
+            width = zorder_width(key, schema)
+            names = [f"{_HIDDEN_PREFIX}z{j}_{w}" for w in range(-(-width // 8))]
+            computed.append((names, _zordered(key, width)))
+            order.extend((name, True, True) for name in names)
             continue
         source = schema.find_field(key.source_id)
         if key.transform == "identity" and key.column in top_level and "." not in key.column:
             # Sort on the column itself: a hidden copy doubled what was staged, sorted and spilled.
-            hidden.append((key.column, None, key.ascending, key.nulls_first))
+            order.append((key.column, key.ascending, key.nulls_first))
             continue
         transform = None if key.transform == "identity" else transform_of(key)
         key_fn = transform.pyarrow_transform(source.field_type) if transform else None
-        hidden.append((f"{_HIDDEN_PREFIX}s{j}", _keyed(key.column, key_fn), key.ascending, key.nulls_first))
-    computed = [(name, fn) for name, fn, _asc, _nf in hidden if fn is not None]
+        computed.append(([f"{_HIDDEN_PREFIX}s{j}"], _keyed(key.column, key_fn)))
+        order.append((f"{_HIDDEN_PREFIX}s{j}", key.ascending, key.nulls_first))
 
     # Beside the run's spill directory, not in it: the execution stats count that directory as spilled
     # bytes, and a sort that fits in memory spills nothing.
@@ -244,8 +249,8 @@ def sort_for_output(
         for batch in batches:
             width = batch.num_columns
             staged = pa.RecordBatch.from_arrays(
-                [*batch.columns, *(fn(batch) for _name, fn in computed)],
-                names=[*batch.schema.names, *(name for name, _fn in computed)],
+                [*batch.columns, *(array for _names, fn in computed for array in fn(batch))],
+                names=[*batch.schema.names, *(name for names, _fn in computed for name in names)],
             )
             # Files of one table project to string or large_string as each was written: stage one schema.
             if staged_schema is None:
@@ -263,10 +268,7 @@ def sort_for_output(
         ctx.sql("SET datafusion.optimizer.repartition_file_scans = false").collect()
         register_staged(ctx, "staged", stage_path)
         frame = ctx.table("staged").sort(
-            *(
-                col(name).sort(ascending=asc, nulls_first=nulls_first)
-                for name, _fn, asc, nulls_first in hidden
-            )
+            *(col(name).sort(ascending=asc, nulls_first=nulls_first) for name, asc, nulls_first in order)
         )
         for batch in frame.execute_stream():
             arrow = batch.to_pyarrow()
@@ -287,21 +289,14 @@ def _sort_limits(limits: ResourceLimits, staged_bytes: int, staged_rows: int) ->
     return dataclasses.replace(limits, batch_size=rows)
 
 
-def _zordered(key: ZOrder, width: int) -> list[Any]:
-    """One function per word of the z-values (:func:`.zorder.zorder_words`); the words of a batch are
-    computed once, by whichever function is called first for it."""
+def _zordered(key: ZOrder, width: int) -> Any:
+    """The z-values of a batch as their words (:func:`.zorder.zorder_words`), one hidden column each."""
     from airflow_provider_iceberg_exec.engine.io.write import column_of  # write imports this module
 
-    # Holding the batch keeps its identity from being reused by another batch while it is cached.
-    last: dict[str, Any] = {"batch": None, "words": []}
+    def compute(batch: pa.RecordBatch) -> list[pa.Array]:
+        return zorder_words([column_of(batch, column) for column in key.columns], key, width)
 
-    def words(batch: pa.RecordBatch) -> list[pa.Array]:
-        if last["batch"] is not batch:
-            columns = [column_of(batch, column) for column in key.columns]
-            last["batch"], last["words"] = batch, zorder_words(columns, key, width)
-        return list(last["words"])
-
-    return [lambda batch, w=w: words(batch)[w] for w in range(-(-width // 8))]
+    return compute
 
 
 def _keyed(column: str | None, fn: Any) -> Any:
@@ -310,8 +305,8 @@ def _keyed(column: str | None, fn: Any) -> Any:
     if column is None:
         raise ConfigurationError("a partition or sort field refers to a dropped column")
 
-    def compute(batch: pa.RecordBatch) -> pa.Array:
+    def compute(batch: pa.RecordBatch) -> list[pa.Array]:
         values = column_of(batch, column)
-        return fn(values) if fn is not None else values
+        return [fn(values) if fn is not None else values]
 
     return compute

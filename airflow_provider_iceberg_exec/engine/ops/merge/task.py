@@ -223,15 +223,16 @@ class _Run:
 
         touched = matched_ordinals(pairs, len(self.files), self.limits, spill_dir)
         matched = MatchedRows(matched_source_rows(pairs, source, len(self.files), self.limits, spill_dir))
-        todo = [
-            (ordinal, scanned)
-            for ordinal, scanned in enumerate(self.files)
-            if ordinal in touched or self.clauses.not_matched_by_source
-        ]
-        untouched = [scanned for ordinal, scanned in enumerate(self.files) if ordinal not in touched]
-        if untouched and not self.clauses.not_matched_by_source:
-            skipped = sum(scanned.data_file.file_size_in_bytes for scanned in untouched)
-            self.progress.advance(files=len(untouched), bytes_done=skipped, phase="rewrite")
+        todo: list[tuple[int, ScannedFile]] = []
+        skipped: list[ScannedFile] = []
+        for ordinal, scanned in enumerate(self.files):
+            if ordinal in touched or self.clauses.not_matched_by_source:
+                todo.append((ordinal, scanned))
+            else:
+                skipped.append(scanned)
+        if skipped:
+            size = sum(scanned.data_file.file_size_in_bytes for scanned in skipped)
+            self.progress.advance(files=len(skipped), bytes_done=size, phase="rewrite")
         workers = min(self.limits.file_workers, len(todo)) if self.reads_target else 1
         if workers <= 1:
             for ordinal, scanned in todo:
