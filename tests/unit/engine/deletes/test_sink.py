@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -69,8 +70,15 @@ def _data_file(tmp_path: Path, name: str, partition: str = "a") -> DataFile:
 
 
 def _sink(tmp_path: Path) -> DeletionVectorSink:
-    sink = position_delete_sink(
-        _metadata(tmp_path, 3),
+    sink = _any_sink(tmp_path, 3)
+    assert isinstance(sink, DeletionVectorSink)
+    return sink
+
+
+def _any_sink(tmp_path: Path, format_version: int) -> Any:
+    """The sink ``position_delete_sink`` picks for a table of ``format_version``."""
+    return position_delete_sink(
+        _metadata(tmp_path, format_version),
         io=PyArrowFileIO(),
         location_provider=load_location_provider(f"file://{tmp_path}/t", {}),
         spec=SPEC,
@@ -79,8 +87,6 @@ def _sink(tmp_path: Path) -> DeletionVectorSink:
         buffer_bytes=1 << 20,
         file_prefix="task-1",
     )
-    assert isinstance(sink, DeletionVectorSink)
-    return sink
 
 
 def _position_file(tmp_path: Path, rows: list[tuple[str, int]], prefix: str) -> DataFile:
@@ -313,16 +319,7 @@ def test_v3_dv_is_the_union_of_every_chunk_and_the_old_dv(
 
 def test_v2_writes_parquet_position_delete_files_as_before(tmp_path: Path) -> None:
     a = _data_file(tmp_path, "a")
-    sink = position_delete_sink(
-        _metadata(tmp_path, 2),
-        io=PyArrowFileIO(),
-        location_provider=load_location_provider(f"file://{tmp_path}/t", {}),
-        spec=SPEC,
-        partition=Record("a"),
-        target_file_size_bytes=1 << 20,
-        buffer_bytes=1 << 20,
-        file_prefix="task-1",
-    )
+    sink = _any_sink(tmp_path, 2)
     assert isinstance(sink, ParquetPositionDeleteSink)
     assert not sink.folds_previous
 
