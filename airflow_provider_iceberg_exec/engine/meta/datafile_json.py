@@ -41,6 +41,8 @@ fraction digits in times, ``Z`` or any UTC offset in ``timestamptz`` values. Unk
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -49,7 +51,21 @@ from pyiceberg.manifest import DATA_FILE_TYPE, DataFile, DataFileContent, FileFo
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema, index_by_id
 from pyiceberg.typedef import Record
-from pyiceberg.types import DoubleType, FloatType, LongType, PrimitiveType, StringType, UnknownType
+from pyiceberg.types import (
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    PrimitiveType,
+    StringType,
+    TimestampNanoType,
+    TimestampType,
+    TimestamptzNanoType,
+    TimestamptzType,
+    TimeType,
+    UnknownType,
+)
 
 from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 from airflow_provider_iceberg_exec.engine.meta.json_values import (
@@ -105,10 +121,85 @@ _V3_FIELDS: tuple[tuple[str, str, type], ...] = (
 # ---------------------------------------------------------------------------------------------------------
 
 
+#: A bound type's (raw bytes -> JSON value or None, JSON value -> raw bytes).
+_BoundCoding = tuple[Callable[[bytes], Any], Callable[[Any], bytes]]
+
+
+def _int_bound(width: int) -> _BoundCoding:
+    bits = 8 * width
+
+    def encode(raw: bytes) -> int | None:
+        return int.from_bytes(raw, "little", signed=True) if len(raw) == width else None
+
+    def decode(value: Any) -> bytes:
+        number = expect(value, int, "an integer")
+        if not -(1 << (bits - 1)) <= number < 1 << (bits - 1):
+            raise ValueError(f"{number} does not fit in {bits} bits")
+        return int(number).to_bytes(width, "little", signed=True)
+
+    return encode, decode
+
+
+def _string_bound_value(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _clock_bound(field_type: PrimitiveType, width: int) -> _BoundCoding:
+    # Dates, times and timestamps: a little-endian integer of the type's width, written as text.
+    codec = value_codec(field_type)
+    int_encode, int_decode = _int_bound(width)
+
+    def encode(raw: bytes) -> Any:
+        number = int_encode(raw)
+        try:
+            return None if number is None else codec.encode(field_type, number)
+        except VALUE_ERRORS:  # outside the years 1-9999 the text has no form: keep the bytes
+            return None
+
+    return encode, lambda value: int_decode(codec.decode(field_type, value))
+
+
+def _float_bound(field_type: PrimitiveType, form: str) -> _BoundCoding:
+    codec, packer = value_codec(field_type), struct.Struct(form)
+
+    def encode(raw: bytes) -> float | None:
+        if len(raw) != packer.size:
+            return None
+        value: float = packer.unpack(raw)[0]
+        return value if math.isfinite(value) else None  # non-finite: REST numbers cannot carry it
+
+    return encode, lambda value: packer.pack(codec.decode(field_type, value))
+
+
+#: Bytes <-> JSON for the commonest bound types, exact by construction (a little-endian number of the
+#: type's width, UTF-8 text), so they skip the generic codecs' round-trip check: a plan or a commit codes
+#: a bound per column of every file, and that check was most of the codec's time on many small files.
+#: Booleans and decimals stay on the checked path (a byte 0x02, a decimal's non-minimal bytes).
+_DIRECT_BOUNDS: dict[type, _BoundCoding] = {
+    IntegerType: _int_bound(4),
+    LongType: _int_bound(8),
+    StringType: (_string_bound_value, lambda value: expect(value, str, "a string").encode("utf-8")),
+    FloatType: _float_bound(FloatType(), "<f"),
+    DoubleType: _float_bound(DoubleType(), "<d"),
+    DateType: _clock_bound(DateType(), 4),
+    TimeType: _clock_bound(TimeType(), 8),
+    TimestampType: _clock_bound(TimestampType(), 8),
+    TimestamptzType: _clock_bound(TimestamptzType(), 8),
+    TimestampNanoType: _clock_bound(TimestampNanoType(), 8),
+    TimestamptzNanoType: _clock_bound(TimestamptzNanoType(), 8),
+}
+
+
 def _typed_bound(field_type: PrimitiveType | None, raw: bytes) -> Any:
     """Return the typed JSON value of a bound, or None when only the raw bytes are exact."""
     if field_type is None or isinstance(field_type, UnknownType):
         return None
+    direct = _DIRECT_BOUNDS.get(type(field_type))
+    if direct is not None:
+        return direct[0](raw)
     try:
         codec = value_codec(field_type)
         value = codec.encode(field_type, from_bytes(field_type, raw))
@@ -353,8 +444,12 @@ def _decode_bounds(
         field_type = types.get(field_id)
         if field_type is None:
             raise reader.error(key, f"field id {field_id} is not in the schema; its bound must be raw")
+        direct = _DIRECT_BOUNDS.get(type(field_type))
         try:
-            bounds[field_id] = to_bytes(field_type, value_codec(field_type).decode(field_type, value))
+            if direct is not None:
+                bounds[field_id] = direct[1](value)
+            else:
+                bounds[field_id] = to_bytes(field_type, value_codec(field_type).decode(field_type, value))
         except VALUE_ERRORS as err:
             raise reader.error(key, f"field id {field_id} ({field_type}): {err}") from None
     for field_id, value in raw or []:
