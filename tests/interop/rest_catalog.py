@@ -1,8 +1,9 @@
 """An Iceberg REST catalog on 127.0.0.1 whose server side is Java Iceberg 1.10's: RestCatalogServer.java
-(next to this file) routes each request to ``org.apache.iceberg.rest.CatalogHandlers`` over an
-``HadoopCatalog``, so Java checks every commit's requirements, applies its updates
-(v3 rules included: ``first-row-id`` >= ``next-row-id``, ``added-rows`` required) and writes the metadata
-JSON into the warehouse. A PyIceberg ``RestCatalog`` talks to it.
+(next to this file) routes each request to ``org.apache.iceberg.rest.CatalogHandlers`` over a
+``HadoopCatalog``, so Java checks every commit's requirements, applies its updates (v3 rules included:
+``first-row-id`` >= ``next-row-id``, ``added-rows`` required) and writes the metadata JSON into the
+warehouse. A PyIceberg ``RestCatalog`` talks to it; the server and its routes are ours, the catalog logic
+is Java's.
 
 The Java class is compiled with ``javac`` against the Iceberg runtime jar on first use and cached under
 the interop cache directory (keyed by the source and the jars), like the shaded Jackson jar.
@@ -11,6 +12,7 @@ the interop cache directory (keyed by the source and the jars), like the shaded 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -23,7 +25,7 @@ from typing import IO, TYPE_CHECKING
 
 import pytest
 
-from tests.interop.fixtures import TIMINGS
+from tests.interop.fixtures import REQUIRE_ENV, TIMINGS
 from tests.interop.shade_jackson import cache_dir
 from tests.interop.spark import CATALOG, iceberg_jars, java_executable
 
@@ -106,13 +108,14 @@ def start_rest_catalog(workdir: Path, warehouse: str) -> RestCatalogServer:
     classpath = ":".join(str(p) for p in [compiled_classes(), *_classpath_jars()])
     log = workdir / "rest-catalog-server.log"
     java_opts = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Duser.timezone=UTC"]
-    process = subprocess.Popen(
-        [java, *java_opts, "-cp", classpath, MAIN_CLASS, warehouse],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-    )
+    with log.open("w") as stderr:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [java, *java_opts, "-cp", classpath, MAIN_CLASS, warehouse],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     port = _read_port(process, log)
     return RestCatalogServer(process, f"http://127.0.0.1:{port}", warehouse, log)
 
@@ -141,6 +144,11 @@ def rest_catalog_server(
     Spark's Hadoop catalog ``spark_cat``: a table created through it is ``spark_cat.db.<name>`` to Spark,
     and Spark's tables (java_table.fresh) are the server's too. Spark's own REST client cannot serve here:
     the runtime jar of snowpark-connect-deps-iceberg leaves out the relocated Apache HttpClient 5."""
+    if shutil.which("javac") is None:
+        reason = "javac is not installed (a JDK 17 compiles the REST catalog server)"
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 but {reason}")
+        pytest.skip(reason)
     started = time.perf_counter()
     warehouse = spark.conf.get(f"spark.sql.catalog.{CATALOG}.warehouse")
     assert warehouse is not None
