@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import pytest
+from pyiceberg.exceptions import CommitFailedException
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import CommitValidationError
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.spark
 
 Row = tuple[int, str]
+#: Java's CatalogHandlers refusing a commit whose assert-ref-snapshot-id no longer holds (HTTP 409)
+_BRANCH_CHANGED = "CommitFailedException: Requirement failed: branch main has changed: expected id"
 VERSIONS = pytest.mark.parametrize("version", [2, 3], ids=["v2", "v3"])
 
 
@@ -251,8 +254,8 @@ def test_a_concurrent_append_between_plan_and_commit_is_retried_on_the_new_head(
     """Spark appends while our compaction commits: Java's requirement check (assert-ref-snapshot-id)
     refuses our first attempt (409), and the retry lands on Spark's snapshot, v3 row ids after its."""
     t = rest_table(version)
-    planned_files = t.table().inspect.files().num_rows
-    _race(rest, lambda: t.insert([(100, "raced"), (101, "raced")]))
+    planned_files, planned_head = t.table().inspect.files().num_rows, t.metadata()["current-snapshot-id"]
+    refusals = _race(rest, lambda: t.insert([(100, "raced"), (101, "raced")]))
 
     result = compact(t.table(), options={"rewrite-all": "true"}, limits=_limits(tmp_path))
 
@@ -260,6 +263,9 @@ def test_a_concurrent_append_between_plan_and_commit_is_retried_on_the_new_head(
     metadata = t.metadata()
     ours = next(s for s in metadata["snapshots"] if s["snapshot-id"] == metadata["current-snapshot-id"])
     spark_snapshot = next(s for s in metadata["snapshots"] if s["snapshot-id"] == ours["parent-snapshot-id"])
+    assert [str(e) for e in refusals] == [
+        f"{_BRANCH_CHANGED} {planned_head} != {spark_snapshot['snapshot-id']}"
+    ]
     assert spark_snapshot["summary"]["operation"] == "append"
     assert spark_snapshot["summary"]["added-records"] == "2"
     assert t.spark_rows() == t.model
@@ -275,33 +281,44 @@ def test_a_concurrent_delete_of_a_compacted_file_fails_our_commit_and_keeps_spar
     """Spark's copy-on-write DELETE replaces a file our compaction rewrites: our retry's validation fails
     and the table stays at Spark's commit."""
     t = rest_table(version)
+    planned_head = t.metadata()["current-snapshot-id"]
 
     def spark_delete() -> None:
         t.spark.sql(f"DELETE FROM {t.spark_name} WHERE id = 21")
         t.model.discard((21, "b2"))
 
-    _race(rest, spark_delete)
+    refusals = _race(rest, spark_delete)
     with pytest.raises(CommitValidationError, match="Missing required files to delete"):
         compact(t.table(), options={"rewrite-all": "true"}, limits=_limits(tmp_path))
 
     metadata = t.metadata()
     head = next(s for s in metadata["snapshots"] if s["snapshot-id"] == metadata["current-snapshot-id"])
+    # refused by the server, then our retry's validation failed
+    assert [str(e) for e in refusals] == [f"{_BRANCH_CHANGED} {planned_head} != {head['snapshot-id']}"]
     assert head["summary"]["operation"] in ("delete", "overwrite")  # Spark's, not ours
     assert t.spark_rows() == t.model
     _assert_row_ids_assigned(metadata, version)
 
 
-def _race(rest: Catalog, concurrent: Any) -> None:
-    """Run ``concurrent`` (a Spark commit) right before the catalog sends our first commit request."""
+def _race(rest: Catalog, concurrent: Any) -> list[Exception]:
+    """Run ``concurrent`` (a Spark commit) right before the catalog sends our first commit request;
+    the returned list gets the server's refusal of that request."""
     original = rest.commit_table
+    refusals: list[Exception] = []
 
     def racing_commit_table(table: Any, requirements: Any, updates: Any) -> Any:
-        if vars(rest).get("commit_table") is racing_commit_table:
-            del rest.commit_table  # once
-            concurrent()
-        return original(table, requirements, updates)
+        if vars(rest).get("commit_table") is not racing_commit_table:
+            return original(table, requirements, updates)
+        del rest.commit_table  # once
+        concurrent()
+        try:
+            return original(table, requirements, updates)
+        except CommitFailedException as err:
+            refusals.append(err)
+            raise
 
     rest.commit_table = racing_commit_table  # type: ignore[method-assign]
+    return refusals
 
 
 def test_the_cli_compacts_a_v3_table_of_a_rest_catalog_configured_the_pyiceberg_way(
