@@ -435,3 +435,45 @@ def test_the_server_refuses_a_v3_snapshot_whose_row_ids_overlap_and_the_table_is
 
     assert t.table().metadata_location == before
     assert t.spark_rows() == t.model
+
+
+def test_a_lost_answer_of_the_server_is_an_unknown_state_and_the_retried_commit_finds_it_landed(
+    rest_table: Any, rest: Catalog, tmp_path: Path
+) -> None:
+    """The server applied our v3 commit but its answer was lost (what PyIceberg reads as a 500): the
+    commit step says the state is unknown, and the retried step (same commit id) finds its snapshot
+    and commits nothing twice."""
+    from pyiceberg.exceptions import CommitStateUnknownException
+
+    from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError
+    from airflow_provider_iceberg_exec.engine.ops.compaction import (
+        commit_compaction,
+        execute_rewrite_task,
+        plan_compaction,
+    )
+
+    t = rest_table(3)
+    lineage = t.spark_lineage()
+    plan = plan_compaction(t.table(), options={"rewrite-all": "true"})
+    results = [execute_rewrite_task(t.table(), task, _limits(tmp_path)) for task in plan["tasks"]]
+    original = rest.commit_table
+
+    def answer_lost(table: Any, requirements: Any, updates: Any) -> Any:
+        del rest.commit_table  # once
+        original(table, requirements, updates)
+        raise CommitStateUnknownException("the server's answer was lost")
+
+    rest.commit_table = answer_lost  # type: ignore[method-assign]
+    with pytest.raises(CommitStateUnknownError):
+        commit_compaction(t.table(), results, commit_id="rest-lost-answer")
+    landed = t.metadata()
+    assert landed["current-snapshot-id"] != plan["base_snapshot_id"]  # the server did commit it
+
+    again = commit_compaction(t.table(), results, commit_id="rest-lost-answer")
+
+    assert again["already_committed"] is True
+    assert again["snapshot_ids"] == [landed["current-snapshot-id"]]
+    assert t.metadata()["current-snapshot-id"] == landed["current-snapshot-id"]  # nothing new
+    assert t.spark_rows() == t.model
+    assert t.spark_lineage() == lineage
+    _assert_row_ids_assigned(t.metadata(), 3)
