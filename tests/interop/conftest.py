@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.interop.fixtures import TIMINGS, java_table, spark, spark_rows_checksum
+from tests.interop.rest_catalog import rest_catalog_server
 
-__all__ = ["java_table", "spark", "spark_rows_checksum"]
+__all__ = ["java_table", "rest_catalog_server", "spark", "spark_rows_checksum"]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
