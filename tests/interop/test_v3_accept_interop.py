@@ -118,6 +118,7 @@ class Files:
     dvs: dict[tuple[str, int, int], dict[str, Any]]  # (path, offset, size) -> the entry's data_file
     dv_sequence_numbers: dict[tuple[str, int, int], int]
     delete_files: list[dict[str, Any]]  # every live delete file (DVs, position and equality files)
+    size: int  # Java's total-files-size: file sizes, a DV's blob size
 
 
 def _files(spark: SparkSession, location: str) -> Files:
@@ -125,10 +126,12 @@ def _files(spark: SparkSession, location: str) -> Files:
     dvs: dict[tuple[str, int, int], dict[str, Any]] = {}
     seqs: dict[tuple[str, int, int], int] = {}
     deletes: list[dict[str, Any]] = []
+    size = 0
     for entry in spark_metadata_table(spark, location, "entries"):
         if entry["status"] == 2:
             continue
         f = entry["data_file"]
+        size += f["content_size_in_bytes"] if f["file_format"] == "PUFFIN" else f["file_size_in_bytes"]
         if f["content"] == 0:
             data[f["file_path"]] = entry["sequence_number"]
             continue
@@ -137,7 +140,7 @@ def _files(spark: SparkSession, location: str) -> Files:
             key = (f["file_path"], f["content_offset"], f["content_size_in_bytes"])
             assert key not in dvs, f"DV listed twice: {key}"
             dvs[key], seqs[key] = f, entry["sequence_number"]
-    return Files(data, dvs, seqs, deletes)
+    return Files(data, dvs, seqs, deletes, size)
 
 
 def _check_table(spark: SparkSession, location: str, model: Model) -> Files:
@@ -155,6 +158,7 @@ def _check_table(spark: SparkSession, location: str, model: Model) -> Files:
     summary = current["summary"]
     assert int(summary["total-data-files"]) == len(files.data)
     assert int(summary["total-delete-files"]) == len(files.delete_files)
+    assert int(summary["total-files-size"]) == files.size
     assert int(summary["total-records"]) == sum(
         f["record_count"] for f in spark_metadata_table(spark, location, "data_files")
     )
