@@ -49,7 +49,7 @@ from airflow_provider_iceberg_exec.engine.commit.change import (
     spec_id_of,
 )
 from airflow_provider_iceberg_exec.engine.commit.conflicts import validation_history
-from airflow_provider_iceberg_exec.engine.commit.dangling import delete_files_to_remove
+from airflow_provider_iceberg_exec.engine.commit.dangling import delete_file_identity, delete_files_to_remove
 from airflow_provider_iceberg_exec.engine.commit.idempotency import AlreadyCommittedError, find_commit
 from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
 from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
@@ -197,22 +197,22 @@ def _plan_attempt(
     base, window = validation_history(metadata, head, change.base_snapshot_id)
     removed_deletes = delete_files_to_remove(io, metadata, head, base, change)
 
-    removed_paths = {f.file_path for f in change.removed_data_files}
-    removed_delete_paths = {f.file_path for f in removed_deletes}
+    # Data files by path, delete files by identity: many DVs share one Puffin path.
+    removed_keys = {_file_key(f) for f in [*change.removed_data_files, *removed_deletes]}
     attempt = Attempt(metadata=metadata, base=base, carried=[], rewrites=[])
     _split_manifests(
         attempt,
         io,
         head,
-        {ManifestContent.DATA: removed_paths, ManifestContent.DELETES: removed_delete_paths},
+        removed_keys,
         {
             ManifestContent.DATA: _manifest_filter(metadata, change.removed_data_files),
             ManifestContent.DELETES: _manifest_filter(metadata, removed_deletes),
         },
     )
-    found = {entry.data_file.file_path for entry in attempt.removed_entries}
-    if missing := (removed_paths | removed_delete_paths) - found:
-        raise ValidationException(f"Missing required files to delete: {some(sorted(missing))}")
+    found = {_file_key(entry.data_file) for entry in attempt.removed_entries}
+    if missing := removed_keys - found:
+        raise ValidationException(f"Missing required files to delete: {some(sorted(k[0] for k in missing))}")
 
     removed = [e.data_file for e in attempt.removed_entries if e.data_file.content == DataFileContent.DATA]
     if window:
@@ -224,7 +224,7 @@ def _split_manifests(
     attempt: Attempt,
     io: FileIO,
     head: Snapshot,
-    paths_by_content: dict[ManifestContent, set[str]],
+    removed_keys: set[tuple[str, int, int]],
     may_hold: dict[ManifestContent, Callable[[ManifestFile], bool]],
 ) -> None:
     """Sort the head's manifests into those carried as they are and those that hold a file to remove.
@@ -234,17 +234,23 @@ def _split_manifests(
     """
     manifests = read_manifest_list(io, head) if attempt.metadata.format_version >= 3 else head.manifests(io)
     for manifest in manifests:
-        paths = paths_by_content[manifest.content]
-        if not paths or not may_hold[manifest.content](manifest):
+        if not removed_keys or not may_hold[manifest.content](manifest):
             attempt.carried.append(manifest)
             continue
         rewrite = ManifestRewrite(manifest)
         for entry in read_manifest_entries(io, manifest, discard_deleted=True):
-            (rewrite.removed if entry.data_file.file_path in paths else rewrite.kept).append(entry)
+            (rewrite.removed if _file_key(entry.data_file) in removed_keys else rewrite.kept).append(entry)
         if rewrite.removed:
             attempt.rewrites.append(rewrite)
         else:
             attempt.carried.append(manifest)
+
+
+def _file_key(content_file: DataFile) -> tuple[str, int, int]:
+    """A data file's path, a delete file's identity (a DV's includes its blob's offset and size)."""
+    if content_file.content == DataFileContent.DATA:
+        return content_file.file_path, -1, -1
+    return delete_file_identity(content_file)
 
 
 def _copy_entry(entry: ManifestEntry, status: ManifestEntryStatus, snapshot_id: int | None) -> ManifestEntry:

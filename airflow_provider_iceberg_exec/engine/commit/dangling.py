@@ -8,6 +8,10 @@ new snapshot's, above every existing delete's, so that no existing delete applie
 deletes and DVs name other paths; an equality delete needs a strictly higher data sequence number).
 Every delete file removed must apply to none of them: a given one that does fails the commit (the
 caller's plan no longer holds), a dangling candidate that does is simply kept.
+
+Whatever the mode, every DV of a removed data file goes in the same commit, as Java's
+``MergingSnapshotProducer`` does implicitly (reference section 2.4). A delete file is told apart by
+:func:`delete_file_identity`, never by its path alone: many DVs share one Puffin file.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from pyiceberg.exceptions import ValidationException
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
 
 from airflow_provider_iceberg_exec.engine.commit.change import DanglingDeletes, FilesChange, spec_id_of
+from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector
+from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file, v3_field
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, SnapshotFiles, scan_snapshot
 
 if TYPE_CHECKING:
@@ -28,9 +34,22 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
     from pyiceberg.typedef import Record
 
-__all__ = ["delete_files_to_remove"]
+__all__ = ["DeleteIdentity", "delete_file_identity", "delete_files_to_remove"]
 
 log = logging.getLogger(__name__)
+
+#: a delete file's path, and for a DV its blob's ``content_offset`` and ``content_size_in_bytes``
+DeleteIdentity = tuple[str, int, int]
+
+
+def delete_file_identity(delete_file: DataFile) -> DeleteIdentity:
+    """A live delete file's identity in a snapshot: Java's ``DeleteFileSet`` key (trap 11). A DV is its
+    Puffin path and its blob's offset and size; any other delete file is its path (offset and size -1)."""
+    if is_deletion_vector(delete_file):
+        offset, size = v3_field(delete_file, "content_offset"), v3_field(delete_file, "content_size_in_bytes")
+        if offset is not None and size is not None:
+            return delete_file.file_path, int(offset), int(size)
+    return delete_file.file_path, -1, -1
 
 
 def delete_files_to_remove(
@@ -45,30 +64,35 @@ def delete_files_to_remove(
         # A delete rewrite replaces the given deletes by equivalent ones: that they still apply is the
         # point; the operation's validation guards the data files they cover.
         return given
-    if metadata.format_version < 2 or not (given or _may_find_dangling(io, head, change)):
+    if metadata.format_version < 2 or not (given or _may_find_dangling(io, metadata, head, change)):
         return given
     files = scan_snapshot(io, metadata, head)
     applies_after, applied_to_rewritten = _live_targets(files, metadata, base, change)
     for delete_file in given:
-        if (target := applies_after.get(delete_file.file_path)) is not None:
+        if (target := applies_after.get(delete_file_identity(delete_file))) is not None:
             raise ValidationException(
                 f"Cannot remove delete file {delete_file.file_path}: it still applies to live data "
                 f"file {target}"
             )
-    chosen = {delete_file.file_path: delete_file for delete_file in given}
+    chosen = {delete_file_identity(delete_file): delete_file for delete_file in given}
     base_sequence_number = base.sequence_number if base is not None else None
+    rewritten = {data_file.file_path for data_file in change.removed_data_files}
     mode = change.dangling_deletes
     for delete in files.delete_files:
-        path = delete.data_file.file_path
-        if path in chosen or path in applies_after:
+        key = delete_file_identity(delete.data_file)
+        if key in chosen or key in applies_after:
             continue
-        if mode is DanglingDeletes.ALL or (
-            mode is DanglingDeletes.REWRITTEN
-            and path in applied_to_rewritten
-            and base_sequence_number is not None
-            and delete.data_sequence_number <= base_sequence_number
+        if (
+            mode is DanglingDeletes.ALL
+            or _is_dv_of(delete.data_file, rewritten)
+            or (
+                mode is DanglingDeletes.REWRITTEN
+                and key in applied_to_rewritten
+                and base_sequence_number is not None
+                and delete.data_sequence_number <= base_sequence_number
+            )
         ):
-            chosen[path] = delete.data_file
+            chosen[key] = delete.data_file
     if len(chosen) > len(given):
         log.info(
             "Removing %d dangling delete file(s) at head %s (%s)",
@@ -76,27 +100,32 @@ def delete_files_to_remove(
             head.snapshot_id,
             mode.value,
         )
-    return [chosen[path] for path in sorted(chosen)]
+    return [chosen[key] for key in sorted(chosen)]
+
+
+def _is_dv_of(delete_file: DataFile, removed_paths: set[str]) -> bool:
+    """Whether ``delete_file`` is the DV of a data file this commit removes (Java removes it implicitly)."""
+    return is_deletion_vector(delete_file) and referenced_data_file(delete_file) in removed_paths
 
 
 def _live_targets(
     files: SnapshotFiles, metadata: TableMetadata, base: Snapshot | None, change: FilesChange
-) -> tuple[dict[str, str], set[str]]:
+) -> tuple[dict[DeleteIdentity, str], set[DeleteIdentity]]:
     """Which delete files apply to a live data file after the commit, and which to a rewritten one.
 
-    :returns: delete path -> a live data file it applies to afterwards (a kept or an added one); and the
-        paths of the delete files that apply to a removed (rewritten) data file.
+    :returns: delete identity -> a live data file it applies to afterwards (a kept or an added one); and
+        the identities of the delete files that apply to a removed (rewritten) data file.
     """
     rewritten = {data_file.file_path for data_file in change.removed_data_files}
-    applies_after: dict[str, str] = {}
-    applied_to_rewritten: set[str] = set()
+    applies_after: dict[DeleteIdentity, str] = {}
+    applied_to_rewritten: set[DeleteIdentity] = set()
     for scanned in files.data_files:
         path = scanned.data_file.file_path
         for delete in scanned.delete_files:
             if path in rewritten:
-                applied_to_rewritten.add(delete.data_file.file_path)
+                applied_to_rewritten.add(delete_file_identity(delete.data_file))
             else:
-                applies_after.setdefault(delete.data_file.file_path, path)
+                applies_after.setdefault(delete_file_identity(delete.data_file), path)
     added_sequence_number = (
         base.sequence_number if change.explicit_sequence_number and base is not None else None
     )
@@ -104,19 +133,21 @@ def _live_targets(
         for delete in files.delete_files:
             target = _added_file_reached(delete, change.added, added_sequence_number, metadata, applies_after)
             if target is not None:
-                applies_after[delete.data_file.file_path] = target
+                applies_after[delete_file_identity(delete.data_file)] = target
     return applies_after, applied_to_rewritten
 
 
-def _may_find_dangling(io: FileIO, head: Snapshot, change: FilesChange) -> bool:
+def _may_find_dangling(io: FileIO, metadata: TableMetadata, head: Snapshot, change: FilesChange) -> bool:
     """Whether a dangling delete may qualify, from the head's manifest list alone.
 
-    Not with ``none``, nor with ``rewritten`` when no data file is removed, nor when ``head`` has no
-    live delete file: then the attempt does not read every manifest of the head.
+    Not with ``none`` (unless a removed data file may have a DV, v3), nor with ``rewritten`` when no
+    data file is removed, nor when ``head`` has no live delete file: then the attempt does not read
+    every manifest of the head.
     """
-    if change.dangling_deletes is DanglingDeletes.NONE or (
-        change.dangling_deletes is DanglingDeletes.REWRITTEN and not change.removed_data_files
-    ):
+    mode = change.dangling_deletes
+    if mode is not DanglingDeletes.ALL and not change.removed_data_files:
+        return False
+    if mode is DanglingDeletes.NONE and metadata.format_version < 3:
         return False
     return any(
         manifest.content == ManifestContent.DELETES
@@ -130,7 +161,7 @@ def _added_file_reached(
     added: Sequence[DataFile],
     added_sequence_number: int,
     metadata: TableMetadata,
-    applies_after: Mapping[str, str],
+    applies_after: Mapping[DeleteIdentity, str],
 ) -> str | None:
     """Return the path of an added data file an existing delete file applies to, if any.
 
@@ -142,7 +173,7 @@ def _added_file_reached(
     delete_file = delete.data_file
     if (
         delete_file.content != DataFileContent.EQUALITY_DELETES
-        or delete_file.file_path in applies_after
+        or delete_file_identity(delete_file) in applies_after
         or delete.data_sequence_number <= added_sequence_number
     ):
         return None

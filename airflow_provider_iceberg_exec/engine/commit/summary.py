@@ -17,6 +17,7 @@ from pyiceberg.table.snapshots import (
     ADDED_DELETE_FILES,
     ADDED_EQUALITY_DELETES,
     ADDED_FILE_SIZE,
+    ADDED_POSITION_DELETE_FILES,
     ADDED_POSITION_DELETES,
     ADDED_RECORDS,
     CHANGED_PARTITION_COUNT_PROP,
@@ -25,6 +26,7 @@ from pyiceberg.table.snapshots import (
     REMOVED_DELETE_FILES,
     REMOVED_EQUALITY_DELETES,
     REMOVED_FILE_SIZE,
+    REMOVED_POSITION_DELETE_FILES,
     REMOVED_POSITION_DELETES,
     TOTAL_DATA_FILES,
     TOTAL_DELETE_FILES,
@@ -37,6 +39,7 @@ from pyiceberg.table.snapshots import (
 from pyiceberg.typedef import EMPTY_DICT
 
 from airflow_provider_iceberg_exec.engine.commit.change import spec_id_of
+from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size, is_deletion_vector
 
 __all__ = ["snapshot_summary_properties"]
 
@@ -79,6 +82,7 @@ def snapshot_summary_properties(
             TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT,
         )
     )
+    added, removed = list(added), list(removed)
     collector = SnapshotSummaryCollector(partition_summary_limit=limit)
     changed_partitions: set[str] = set()
     for data_file in added:
@@ -91,11 +95,43 @@ def snapshot_summary_properties(
         changed_partitions.add(spec.partition_to_path(data_file.partition, schema))
 
     properties = collector.build()
+    _count_deletion_vectors(properties, added, removed)
     # Java counts the unpartitioned "partition" too (key ""), PyIceberg's collector does not.
     properties[CHANGED_PARTITION_COUNT_PROP] = str(len(changed_partitions))
     properties.update(snapshot_properties)
     _add_totals(properties, previous)
     return properties
+
+
+# Java's SnapshotSummary keys for deletion vectors (PyIceberg 0.12 has no constants for them).
+ADDED_DVS = "added-dvs"
+REMOVED_DVS = "removed-dvs"
+
+
+def _count_deletion_vectors(
+    properties: dict[str, str], added: list[DataFile], removed: list[DataFile]
+) -> None:
+    """Count DVs as Java's ``SnapshotSummary.UpdateMetrics`` does: under ``added-dvs``/``removed-dvs``
+    instead of ``*-position-delete-files`` (still delete files with their positions), sized by their
+    blob (``content_size_in_bytes``), not by the shared Puffin file PyIceberg's collector counts."""
+    for files, dvs_key, files_key, size_key in (
+        (added, ADDED_DVS, ADDED_POSITION_DELETE_FILES, ADDED_FILE_SIZE),
+        (removed, REMOVED_DVS, REMOVED_POSITION_DELETE_FILES, REMOVED_FILE_SIZE),
+    ):
+        dvs = [f for f in files if is_deletion_vector(f)]
+        if not dvs:
+            continue
+        properties[dvs_key] = str(len(dvs))
+        _subtract(properties, files_key, len(dvs))
+        _subtract(properties, size_key, sum(f.file_size_in_bytes - content_size(f) for f in dvs))
+
+
+def _subtract(properties: dict[str, str], key: str, amount: int) -> None:
+    value = int(properties.get(key, "0")) - amount
+    if value > 0:
+        properties[key] = str(value)
+    else:
+        properties.pop(key, None)
 
 
 def _add_totals(properties: dict[str, str], previous: Mapping[str, str] | None) -> None:

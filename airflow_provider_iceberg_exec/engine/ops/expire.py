@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.commit.cleanup import ReferenceGuard, normalised_path
-from airflow_provider_iceberg_exec.engine.commit.pyiceberg_producer import apply_updates
+from airflow_provider_iceberg_exec.engine.commit.pyiceberg_producer import apply_updates, v3_metadata_writer
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import EXPIRE_SNAPSHOTS_RESULT, ExpireSnapshotsResult
 from airflow_provider_iceberg_exec.engine.errors import (
@@ -461,7 +461,8 @@ def _committed(tx: Transaction, name: str, attempt: int, retries: int) -> bool:
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
     try:
-        tx.commit_transaction()
+        with v3_metadata_writer(tx):  # PyIceberg 0.12 cannot serialise v3 metadata
+            tx.commit_transaction()
     except CommitFailedException as err:
         if attempt == retries:
             raise CommitConflictError(f"expiring snapshots of {name} kept conflicting: {err}") from err

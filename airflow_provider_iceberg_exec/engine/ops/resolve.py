@@ -39,7 +39,9 @@ def resolve_equality_deletes(
     :param options: further Spark ``rewrite_data_files`` options (for example ``target-file-size-bytes``).
     :returns: the ``iceberg-exec/compaction-result@1`` document (``removed_delete_files_count`` counts
         the delete files dropped).
-    :raises ConfigurationError: for bad options, or a format-version 3 table (table left unchanged).
+    :raises ConfigurationError: for bad options, or a format version or v3 feature the writers do not
+        support (table left unchanged). On v3 the rewrite carries row lineage and the DVs of the
+        rewritten files go in the same commit, as in compaction.
     :raises CommitValidationError: when the table changed in a conflicting way; run it again.
 
     A table without equality deletes (PyIceberg writes none) has nothing to resolve:
