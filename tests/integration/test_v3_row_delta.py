@@ -25,6 +25,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
+from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced
 from airflow_provider_iceberg_exec.engine.commit.snapshots import CommitOutcome, commit_row_delta
 from airflow_provider_iceberg_exec.engine.deletes.vectors import read_deletion_vector
 from airflow_provider_iceberg_exec.engine.errors import CommitValidationError, ConfigurationError
@@ -70,7 +71,7 @@ def _puffin(table: Table, tmp_path: Path, name: str, deletes: dict[int, list[int
     files = _files(table)
     return write_deletion_vectors(
         table.io,
-        f"file://{tmp_path}/{name}.puffin",
+        f"{table.metadata.location}/data/{name}-{tmp_path.name}.puffin",
         [
             DataFileDeletes(files[first].file_path, 0, files[first].partition, np.array(pos, dtype=np.int64))
             for first, pos in deletes.items()
@@ -200,3 +201,23 @@ def test_bad_dv_documents_are_refused_in_one_line(catalog: SqlCatalog, tmp_path:
     with pytest.raises(ConfigurationError, match="not a file-scoped position delete replaced"):
         _delta(table, "stray", [other], one)
     assert table_state(table)[1] == before[1]
+
+
+def test_cleanup_deletes_an_uncommitted_puffin_and_keeps_one_a_live_dv_references(
+    catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    table = _upgraded(catalog)
+    live = _puffin(table, tmp_path, "live", {0: [1], 10: [2]})
+    _delta(table, "dv-1", live)
+    # Replace one of the two DVs: the Puffin stays referenced by the other, live DV.
+    (merged,) = _puffin(table, tmp_path, "merged", {0: [1, 3]})
+    _delta(table, "dv-2", [merged], [live[0]])
+    (uncommitted,) = _puffin(table, tmp_path, "uncommitted", {0: [1, 3, 4]})
+
+    report = delete_unreferenced(
+        table, [uncommitted.file_path, live[0].file_path, merged.file_path], what="test output"
+    )
+
+    assert report.deleted == (uncommitted.file_path,)
+    assert set(report.referenced) == {live[0].file_path, merged.file_path}
+    assert live_checksum(table) == _expected({1, 3, 12})

@@ -87,6 +87,8 @@ def check_convert_task_result(doc: Any) -> Mapping[str, Any]:
     check_paths(reader, "merged_position_delete_files")
     check_paths(reader, "dangling_equality_delete_files")
     added = reader.files("added_delete_files", content="position-deletes")
+    if "rewritten_delete_files" in reader.doc:  # v3: the old DVs and file-scoped files the DVs replace
+        reader.files("rewritten_delete_files", content="position-deletes")
     matched = reader.count("matched_rows")
     for key in ("data_rows_read", "delete_rows_read", "peak_rss_bytes", "spilled_bytes"):
         reader.count(key)
