@@ -293,6 +293,8 @@ def _merged_deletes(
         )
     for path in sorted(claimed):
         owner = owners[path].data_file.file_path
+        if any(is_deletion_vector(d.data_file) for d in owners[path].delete_files):
+            continue  # readers ignore it for the owner's DV (spec "Scan Planning"): dropping it is safe
         old = read_position_deletes(table.io, _delete_of(owners[path], path), owner)
         new = [_positions(table, f, owner) for f, paths in added if owner in paths]
         if not np.isin(old, np.concatenate(new)).all():
