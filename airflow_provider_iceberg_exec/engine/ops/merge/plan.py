@@ -143,16 +143,11 @@ def _check_source_columns(clauses: MergeClauses, source: MergeSource, on: list[s
 
 
 def check_merge_format(metadata: TableMetadata, name: str) -> None:
-    """Refuse a format version MERGE cannot commit to: above 3, and 3 (no DVs, no row lineage yet).
+    """Refuse a format version MERGE cannot commit to: above 3 (v3 writes DVs and carries row lineage).
 
     :raises ConfigurationError: in one line; the table is not touched.
     """
     check_writable_format(metadata, name)
-    if metadata.format_version >= 3:
-        raise ConfigurationError(
-            f"format version {metadata.format_version} tables are not supported yet by MERGE (deletion "
-            "vectors and row lineage); table left unchanged"
-        )
 
 
 def _mode(explicit: str | None, properties: Mapping[str, str], format_version: int) -> str:
