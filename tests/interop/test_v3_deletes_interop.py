@@ -1,5 +1,6 @@
 """Our deletion-vector commits on format-version 3 tables Spark 3.5 + Iceberg 1.10 wrote (merge-on-read
-DELETE/UPDATE writing DVs, row lineage on): convert-equality-deletes and rewrite-position-deletes.
+DELETE/UPDATE writing DVs, row lineage on): MERGE in both modes, convert-equality-deletes and
+rewrite-position-deletes.
 
 After each of ours Spark reads exactly the rows it read before, with the same ``_row_id`` and
 ``_last_updated_sequence_number`` (its metadata columns); the scan itself is Java's ``DeleteFileIndex``
@@ -27,9 +28,10 @@ from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_en
 from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 from airflow_provider_iceberg_exec.engine.ops.convert import convert_equality_deletes
+from airflow_provider_iceberg_exec.engine.ops.merge import merge
 from airflow_provider_iceberg_exec.engine.ops.position_deletes import rewrite_position_deletes
 from tests.interop.fixtures import JavaTables
-from tests.interop.spark import metadata_location
+from tests.interop.spark import metadata_location, spark_rows
 from tests.interop.tables import (
     V3_DELETION_VECTORS,
     V3_UPGRADED_MIXED_DELETES,
@@ -186,3 +188,95 @@ def test_our_equality_delete_conversion_of_a_spark_v3_table(
     mine.refresh()
     assert spark_rows_checksum(mine.metadata_location) == rows
     assert _lineage(spark, mine.metadata_location) == lineage
+
+
+def _rows_by_id(spark: SparkSession, location: str) -> dict[int, tuple[str, str]]:
+    return {int(r["id"]): (r["cat"], r["v"]) for r in spark_rows(spark, location)}
+
+
+@pytest.mark.parametrize("mode", ["merge-on-read", "copy-on-write"])
+def test_our_merge_of_a_spark_v3_table(
+    mode: str,
+    java_table: JavaTables,
+    spark: SparkSession,
+    spark_rows_checksum: Checksum,
+    catalog: SqlCatalog,
+    tmp_path: Path,
+) -> None:
+    """Updates of rows in files with a Spark DV (2, 6) and of a row Spark's UPDATE moved (15), a delete
+    (7) and an insert (1000): Spark reads the model's rows; updated rows keep their ``_row_id`` and read
+    our commit's sequence number, the others keep both values."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    built = java_table.fresh(V3_DELETION_VECTORS)
+    before, lineage = _rows_by_id(spark, built.metadata_location), _lineage(spark, built.metadata_location)
+    table = catalog.register_table("ns.merge", built.metadata_location)
+    next_row_id = table.metadata.next_row_id  # type: ignore[attr-defined]
+    source = tmp_path / "source.parquet"
+    changes = {2: "ours-2", 6: "ours-6", 15: "ours-15", 7: "gone", 1000: "new"}
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(list(changes), pa.int32()),
+                "cat": ["z"] * len(changes),
+                "v": list(changes.values()),
+            }
+        ),
+        source,
+    )
+
+    merge(
+        table,
+        on=["id"],
+        source_files=[str(source)],
+        when_matched=["AND s.v = 'gone' THEN DELETE", "UPDATE SET t.v = s.v"],
+        when_not_matched=["INSERT *"],
+        mode=mode,
+        limits=_limits(tmp_path),
+    )
+
+    table.refresh()
+    ours = table.metadata_location
+    expected = {i: row for i, row in before.items() if i != 7}
+    expected.update({i: (before[i][0], changes[i]) for i in (2, 6, 15)})
+    expected[1000] = ("z", "new")
+    assert _rows_by_id(spark, ours) == expected  # and Java's DeleteFileIndex loaded every DV
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    after = _lineage(spark, ours)
+    for i in (2, 6, 15):
+        assert after[i] == (lineage[i][0], snapshot.sequence_number)
+    assert {i: v for i, v in after.items() if i not in (2, 6, 15, 1000)} == {
+        i: v for i, v in lineage.items() if i not in (2, 6, 15, 7)
+    }
+    assert after[1000][0] >= next_row_id
+    assert after[1000][1] == snapshot.sequence_number
+    _row_ids_consistent(ours)
+    if mode == "merge-on-read":
+        assert int(snapshot.summary["added-dvs"]) >= 1  # type: ignore[index]
+    _one_dv_per_data_file(table)
+
+    spark_location = _spark_on_top(spark, built, ours, spark_rows_checksum, after)
+    rows, lineage = _rows_by_id(spark, spark_location), _lineage(spark, spark_location)
+    mine = catalog.register_table("ns.merge2", spark_location)
+    again = tmp_path / "again.parquet"
+    pq.write_table(pa.table({"id": pa.array([9, 2], pa.int32()), "cat": ["z", "z"], "v": ["x", "y"]}), again)
+    merge(
+        mine,
+        on=["id"],
+        source_files=[str(again)],
+        when_matched=["AND t.id = 9 THEN DELETE", "UPDATE SET t.v = s.v"],
+        mode=mode,
+        limits=_limits(tmp_path),
+    )
+    mine.refresh()
+    top = mine.current_snapshot()
+    assert top is not None
+    rows.pop(9)
+    rows[2] = (rows[2][0], "y")
+    assert _rows_by_id(spark, mine.metadata_location) == rows
+    final = _lineage(spark, mine.metadata_location)
+    assert final[2] == (lineage[2][0], top.sequence_number)
+    assert {i: v for i, v in final.items() if i != 2} == {i: v for i, v in lineage.items() if i not in (2, 9)}
+    _row_ids_consistent(mine.metadata_location)
