@@ -66,7 +66,7 @@ def plan_merge(
     :returns: the plan (``iceberg-exec/merge-plan@1``); its ``tasks`` feed
         :func:`~.task.execute_merge_task`.
     :raises ConfigurationError: for a bad clause, key, source, mode or isolation level, a source whose
-        columns do not fit, merge-on-read on a v1 table, or a format-version 3 table.
+        columns do not fit, merge-on-read on a v1 table, or a format version above 3.
     """
     refresh_table(table)
     metadata = table.metadata
