@@ -6,9 +6,10 @@ leaves no file behind:
 
 1. a snapshot that already carries the commit id ends the commit
    (:class:`~.idempotency.AlreadyCommittedError`);
-2. the base must be an ancestor of the head, every file to remove must still be live in the head, and
-   the operation's checks must pass (:mod:`.conflicts`), with the delete files to remove decided at the
-   head (:mod:`.dangling`);
+2. the base must be an ancestor of the head, every file to remove must still be live in the head (by its
+   identity: a DV by path, content offset and size), the operation's checks must pass
+   (:mod:`.conflicts`), with the delete files to remove decided at the head (:mod:`.dangling`), and
+   added DVs must keep one DV per data file (:mod:`.dvs`);
 3. every added file must still exist (a commit that retried for long may have outlived a short orphan
    age, and must never make a file live that is gone).
 
@@ -42,14 +43,17 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import Record
 
 from airflow_provider_iceberg_exec.engine.commit.change import (
+    FileIdentity,
     FilesChange,
     History,
     SequencedDelete,
+    file_identity,
     some,
     spec_id_of,
 )
 from airflow_provider_iceberg_exec.engine.commit.conflicts import validation_history
-from airflow_provider_iceberg_exec.engine.commit.dangling import delete_file_identity, delete_files_to_remove
+from airflow_provider_iceberg_exec.engine.commit.dangling import delete_files_to_remove
+from airflow_provider_iceberg_exec.engine.commit.dvs import added_dvs, validate_added_dvs, validate_dv_targets
 from airflow_provider_iceberg_exec.engine.commit.idempotency import AlreadyCommittedError, find_commit
 from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
 from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
@@ -197,34 +201,42 @@ def _plan_attempt(
     base, window = validation_history(metadata, head, change.base_snapshot_id)
     removed_deletes = delete_files_to_remove(io, metadata, head, base, change)
 
-    # Data files by path, delete files by identity: many DVs share one Puffin path.
-    removed_keys = {_file_key(f) for f in [*change.removed_data_files, *removed_deletes]}
+    # By identity: a DV by (path, offset, size), never by its Puffin path, which other DVs share.
+    removed_ids = {file_identity(f) for f in change.removed_data_files}
+    removed_delete_ids = {file_identity(f) for f in removed_deletes}
     attempt = Attempt(metadata=metadata, base=base, carried=[], rewrites=[])
+    manifests = read_manifest_list(io, head) if metadata.format_version >= 3 else head.manifests(io)
     _split_manifests(
         attempt,
         io,
-        head,
-        removed_keys,
+        manifests,
+        {ManifestContent.DATA: removed_ids, ManifestContent.DELETES: removed_delete_ids},
         {
             ManifestContent.DATA: _manifest_filter(metadata, change.removed_data_files),
             ManifestContent.DELETES: _manifest_filter(metadata, removed_deletes),
         },
     )
-    found = {_file_key(entry.data_file) for entry in attempt.removed_entries}
-    if missing := removed_keys - found:
-        raise ValidationException(f"Missing required files to delete: {some(sorted(k[0] for k in missing))}")
+    found = {file_identity(entry.data_file) for entry in attempt.removed_entries}
+    if missing := (removed_ids | removed_delete_ids) - found:
+        raise ValidationException(f"Missing required files to delete: {some(sorted(m[0] for m in missing))}")
 
+    history = History(io=io, metadata=metadata, base=base, window=window)
+    if dvs := added_dvs(change.added_deletes):
+        # v3: one DV per data file, at or above its data file's sequence number (Java readers fail else).
+        validate_added_dvs(history, dvs)
+        dv_files = [d.delete_file for d in dvs.values()]
+        validate_dv_targets(io, manifests, _manifest_filter(metadata, dv_files), dvs, removed_delete_ids)
     removed = [e.data_file for e in attempt.removed_entries if e.data_file.content == DataFileContent.DATA]
     if window:
-        change.validate(change, History(io=io, metadata=metadata, base=base, window=window), removed)
+        change.validate(change, history, removed)
     return attempt
 
 
 def _split_manifests(
     attempt: Attempt,
     io: FileIO,
-    head: Snapshot,
-    removed_keys: set[tuple[str, int, int]],
+    manifests: Sequence[ManifestFile],
+    ids_by_content: dict[ManifestContent, set[FileIdentity]],
     may_hold: dict[ManifestContent, Callable[[ManifestFile], bool]],
 ) -> None:
     """Sort the head's manifests into those carried as they are and those that hold a file to remove.
@@ -232,25 +244,18 @@ def _split_manifests(
     On v3 the list is read in the v3 layout: carried manifests keep their ``first_row_id``, and the
     entries of a rewritten one carry the id they inherit.
     """
-    manifests = read_manifest_list(io, head) if attempt.metadata.format_version >= 3 else head.manifests(io)
     for manifest in manifests:
-        if not removed_keys or not may_hold[manifest.content](manifest):
+        ids = ids_by_content[manifest.content]
+        if not ids or not may_hold[manifest.content](manifest):
             attempt.carried.append(manifest)
             continue
         rewrite = ManifestRewrite(manifest)
         for entry in read_manifest_entries(io, manifest, discard_deleted=True):
-            (rewrite.removed if _file_key(entry.data_file) in removed_keys else rewrite.kept).append(entry)
+            (rewrite.removed if file_identity(entry.data_file) in ids else rewrite.kept).append(entry)
         if rewrite.removed:
             attempt.rewrites.append(rewrite)
         else:
             attempt.carried.append(manifest)
-
-
-def _file_key(content_file: DataFile) -> tuple[str, int, int]:
-    """A data file's path, a delete file's identity (a DV's includes its blob's offset and size)."""
-    if content_file.content == DataFileContent.DATA:
-        return content_file.file_path, -1, -1
-    return delete_file_identity(content_file)
 
 
 def _copy_entry(entry: ManifestEntry, status: ManifestEntryStatus, snapshot_id: int | None) -> ManifestEntry:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from airflow_provider_iceberg_exec.engine.meta.manifests import v3_field
+
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile
@@ -22,10 +24,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DanglingDeletes",
+    "FileIdentity",
     "FilesChange",
     "History",
     "SequencedDelete",
     "Validation",
+    "file_identity",
     "partition_key",
     "some",
     "spec_id_of",
@@ -127,6 +131,21 @@ class FilesChange:
     def added_files(self) -> list[DataFile]:
         """Every file the commit adds, data files first."""
         return [*self.added, *(d.delete_file for d in self.added_deletes)]
+
+
+#: What names one content file in a table: ``(file_path, content_offset, content_size_in_bytes)``; the last
+#: two are ``None`` except for a deletion vector, many of which share one Puffin path (Java's
+#: ``DeleteFileSet``).
+FileIdentity = tuple[str, int | None, int | None]
+
+
+def file_identity(data_file: DataFile) -> FileIdentity:
+    """The identity a commit removes ``data_file`` by: a DV by its blob, never by its Puffin path alone."""
+    return (
+        data_file.file_path,
+        v3_field(data_file, "content_offset"),
+        v3_field(data_file, "content_size_in_bytes"),
+    )
 
 
 def spec_id_of(data_file: DataFile, default: int) -> int:

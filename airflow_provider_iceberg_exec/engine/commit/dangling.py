@@ -11,7 +11,7 @@ caller's plan no longer holds), a dangling candidate that does is simply kept.
 
 Whatever the mode, every DV of a removed data file goes in the same commit, as Java's
 ``MergingSnapshotProducer`` does implicitly (reference section 2.4). A delete file is told apart by
-:func:`delete_file_identity`, never by its path alone: many DVs share one Puffin file.
+:func:`~.change.file_identity`, never by its path alone: many DVs share one Puffin file.
 """
 
 from __future__ import annotations
@@ -23,9 +23,15 @@ from typing import TYPE_CHECKING
 from pyiceberg.exceptions import ValidationException
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestContent
 
-from airflow_provider_iceberg_exec.engine.commit.change import DanglingDeletes, FilesChange, spec_id_of
+from airflow_provider_iceberg_exec.engine.commit.change import (
+    DanglingDeletes,
+    FileIdentity,
+    FilesChange,
+    file_identity,
+    spec_id_of,
+)
 from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector
-from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file, v3_field
+from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, SnapshotFiles, scan_snapshot
 
 if TYPE_CHECKING:
@@ -34,22 +40,9 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
     from pyiceberg.typedef import Record
 
-__all__ = ["DeleteIdentity", "delete_file_identity", "delete_files_to_remove"]
+__all__ = ["delete_files_to_remove"]
 
 log = logging.getLogger(__name__)
-
-#: a delete file's path, and for a DV its blob's ``content_offset`` and ``content_size_in_bytes``
-DeleteIdentity = tuple[str, int, int]
-
-
-def delete_file_identity(delete_file: DataFile) -> DeleteIdentity:
-    """A live delete file's identity in a snapshot: Java's ``DeleteFileSet`` key (trap 11). A DV is its
-    Puffin path and its blob's offset and size; any other delete file is its path (offset and size -1)."""
-    if is_deletion_vector(delete_file):
-        offset, size = v3_field(delete_file, "content_offset"), v3_field(delete_file, "content_size_in_bytes")
-        if offset is not None and size is not None:
-            return delete_file.file_path, int(offset), int(size)
-    return delete_file.file_path, -1, -1
 
 
 def delete_files_to_remove(
@@ -69,17 +62,17 @@ def delete_files_to_remove(
     files = scan_snapshot(io, metadata, head)
     applies_after, applied_to_rewritten = _live_targets(files, metadata, base, change)
     for delete_file in given:
-        if (target := applies_after.get(delete_file_identity(delete_file))) is not None:
+        if (target := applies_after.get(file_identity(delete_file))) is not None:
             raise ValidationException(
                 f"Cannot remove delete file {delete_file.file_path}: it still applies to live data "
                 f"file {target}"
             )
-    chosen = {delete_file_identity(delete_file): delete_file for delete_file in given}
+    chosen = {file_identity(delete_file): delete_file for delete_file in given}
     base_sequence_number = base.sequence_number if base is not None else None
     rewritten = {data_file.file_path for data_file in change.removed_data_files}
     mode = change.dangling_deletes
     for delete in files.delete_files:
-        key = delete_file_identity(delete.data_file)
+        key = file_identity(delete.data_file)
         if key in chosen or key in applies_after:
             continue
         if (
@@ -110,22 +103,22 @@ def _is_dv_of(delete_file: DataFile, removed_paths: set[str]) -> bool:
 
 def _live_targets(
     files: SnapshotFiles, metadata: TableMetadata, base: Snapshot | None, change: FilesChange
-) -> tuple[dict[DeleteIdentity, str], set[DeleteIdentity]]:
+) -> tuple[dict[FileIdentity, str], set[FileIdentity]]:
     """Which delete files apply to a live data file after the commit, and which to a rewritten one.
 
     :returns: delete identity -> a live data file it applies to afterwards (a kept or an added one); and
         the identities of the delete files that apply to a removed (rewritten) data file.
     """
     rewritten = {data_file.file_path for data_file in change.removed_data_files}
-    applies_after: dict[DeleteIdentity, str] = {}
-    applied_to_rewritten: set[DeleteIdentity] = set()
+    applies_after: dict[FileIdentity, str] = {}
+    applied_to_rewritten: set[FileIdentity] = set()
     for scanned in files.data_files:
         path = scanned.data_file.file_path
         for delete in scanned.delete_files:
             if path in rewritten:
-                applied_to_rewritten.add(delete_file_identity(delete.data_file))
+                applied_to_rewritten.add(file_identity(delete.data_file))
             else:
-                applies_after.setdefault(delete_file_identity(delete.data_file), path)
+                applies_after.setdefault(file_identity(delete.data_file), path)
     added_sequence_number = (
         base.sequence_number if change.explicit_sequence_number and base is not None else None
     )
@@ -133,7 +126,7 @@ def _live_targets(
         for delete in files.delete_files:
             target = _added_file_reached(delete, change.added, added_sequence_number, metadata, applies_after)
             if target is not None:
-                applies_after[delete_file_identity(delete.data_file)] = target
+                applies_after[file_identity(delete.data_file)] = target
     return applies_after, applied_to_rewritten
 
 
@@ -161,7 +154,7 @@ def _added_file_reached(
     added: Sequence[DataFile],
     added_sequence_number: int,
     metadata: TableMetadata,
-    applies_after: Mapping[DeleteIdentity, str],
+    applies_after: Mapping[FileIdentity, str],
 ) -> str | None:
     """Return the path of an added data file an existing delete file applies to, if any.
 
@@ -173,7 +166,7 @@ def _added_file_reached(
     delete_file = delete.data_file
     if (
         delete_file.content != DataFileContent.EQUALITY_DELETES
-        or delete_file_identity(delete_file) in applies_after
+        or file_identity(delete_file) in applies_after
         or delete.data_sequence_number <= added_sequence_number
     ):
         return None

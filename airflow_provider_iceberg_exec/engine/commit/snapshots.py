@@ -42,19 +42,25 @@ from dataclasses import dataclass
 
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import BooleanExpression
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.manifest import DataFile, DataFileContent
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Operation, Snapshot
 
-from airflow_provider_iceberg_exec.engine.commit.change import DanglingDeletes, FilesChange, SequencedDelete
+from airflow_provider_iceberg_exec.engine.commit.change import (
+    DanglingDeletes,
+    FilesChange,
+    SequencedDelete,
+    file_identity,
+)
 from airflow_provider_iceberg_exec.engine.commit.conflicts import (
     DeleteRewriteValidation,
     OverwriteValidation,
     RowDeltaValidation,
     validate_rewrite,
 )
+from airflow_provider_iceberg_exec.engine.commit.dvs import check_added_dvs_arguments, check_replaced_deletes
 from airflow_provider_iceberg_exec.engine.commit.failures import commit_failure
 from airflow_provider_iceberg_exec.engine.commit.idempotency import (
     COMMIT_ID_PROPERTY,
@@ -63,6 +69,7 @@ from airflow_provider_iceberg_exec.engine.commit.idempotency import (
     landed_snapshots,
 )
 from airflow_provider_iceberg_exec.engine.commit.pyiceberg_producer import stage_files
+from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitStateUnknownError,
     ConfigurationError,
@@ -156,7 +163,7 @@ def commit_rewrite(
     :param dangling_deletes: which other delete files to remove, computed at the branch head on every
         attempt (see :class:`DanglingDeletes`). The summary's ``removed-delete-files`` counts them all.
     :returns: the committed (or already committed) snapshot.
-    :raises ConfigurationError: for bad arguments, or a format-version 3 table.
+    :raises ConfigurationError: for bad arguments, or a format version above 3.
     :raises TableNotFoundError: when the table no longer exists.
     :raises CommitValidationError: when validation from the base fails; the work must be planned again.
     :raises CommitConflictError: when concurrent commits kept winning until the retries ran out.
@@ -231,7 +238,7 @@ def commit_delete_rewrite(
     :param branch: the branch to commit to.
     :param snapshot_properties: extra summary properties.
     :returns: the committed (or already committed) snapshot.
-    :raises ConfigurationError: for bad arguments, a v1 or a format-version 3 table.
+    :raises ConfigurationError: for bad arguments, a v1 table or a format version above 3.
     :raises TableNotFoundError: when the table no longer exists.
     :raises CommitValidationError: when validation from the base fails; the work must be planned again.
     :raises CommitConflictError: when concurrent commits kept winning until the retries ran out.
@@ -285,17 +292,27 @@ def _check_delete_rewrite_arguments(
     if bad := [d.delete_file.file_path for d in added if d.delete_file.content == DataFileContent.DATA]:
         raise ConfigurationError(f"added delete files must be delete files: {', '.join(bad)}")
     if bad := [
-        d.delete_file.file_path for d in added if d.data_sequence_number is None or d.data_sequence_number < 0
+        d.delete_file.file_path
+        for d in added
+        if (d.data_sequence_number is None and not is_deletion_vector(d.delete_file))
+        or (d.data_sequence_number is not None and d.data_sequence_number < 0)
     ]:
         raise ConfigurationError(f"added delete files need a data sequence number >= 0: {', '.join(bad)}")
     if bad := [f.file_path for f in required if f.content != DataFileContent.DATA]:
         raise ConfigurationError(f"required data files must have content DATA: {', '.join(bad)}")
-    added_paths = [d.delete_file.file_path for d in added]
-    if len(set(added_paths)) != len(added_paths):
-        raise ConfigurationError("added_delete_files lists a path more than once")
-    if overlap := set(added_paths) & {f.file_path for f in removed}:
-        raise ConfigurationError(f"files cannot be both removed and added: {', '.join(sorted(overlap))}")
+    _check_added_deletes([d.delete_file for d in added], removed)
     return _check_common([], [], commit_id, snapshot_properties)
+
+
+def _check_added_deletes(added: Sequence[DataFile], removed: Sequence[DataFile]) -> None:
+    """Each added delete file once and none also removed, by identity (DVs share a Puffin path)."""
+    added_ids = [file_identity(f) for f in added]
+    if len(set(added_ids)) != len(added_ids):
+        raise ConfigurationError("added_delete_files lists a file more than once")
+    if overlap := set(added_ids) & {file_identity(f) for f in removed}:
+        raise ConfigurationError(
+            f"files cannot be both removed and added: {', '.join(sorted(i[0] for i in overlap))}"
+        )
 
 
 def _dangling_mode(value: DanglingDeletes | str) -> DanglingDeletes:
@@ -390,7 +407,7 @@ def commit_overwrite(
         sequence number, so no existing delete applies to them. The summary's ``removed-delete-files``
         counts every delete file removed.
     :returns: the committed (or already committed) snapshot.
-    :raises ConfigurationError: for bad arguments, or a format-version 3 table.
+    :raises ConfigurationError: for bad arguments, or a format version above 3.
     :raises TableNotFoundError: when the table no longer exists.
     :raises CommitValidationError: when validation from the base fails; the work must be planned again.
     :raises CommitConflictError: when concurrent commits kept winning until the retries ran out.
@@ -441,8 +458,17 @@ def commit_row_delta(
     commit_id: str,
     branch: str = "main",
     snapshot_properties: Mapping[str, str] | None = None,
+    removed_delete_files: Sequence[DataFile] = (),
 ) -> CommitOutcome:
-    """Add data files and position delete files in one snapshot: Java's ``RowDelta`` as Spark's MERGE uses it.
+    """Add data files and position deletes (DVs on v3) in one snapshot: Java's ``RowDelta`` as Spark's
+    MERGE uses it.
+
+    On a format-version 3 table the added deletes are DVs, one per data file, and
+    ``removed_delete_files`` are the deletes they replace (the data file's old DV and file-scoped
+    position files: Spark's ``removeDeletes`` of ``rewrittenDeleteFiles``), removed by identity in the
+    same snapshot; a removed file no longer live fails the attempt ("Missing required files to
+    delete"), and so does a DV another commit added since the base for one of the same data files
+    (Java's ``validateAddedDVs``) or a second live DV for one (:mod:`.dvs`).
 
     The operation is ``overwrite``, or ``delete`` when only delete files are added (Java 1.10's
     ``BaseRowDelta.operation()``: a delta of data files alone is ``overwrite`` too). Added files of both
@@ -453,7 +479,7 @@ def commit_row_delta(
 
     :param referenced_data_files: the live data files the added deletes name.
     :returns: the committed (or already committed) snapshot.
-    :raises ConfigurationError: for bad arguments, or a v1 or format-version 3 table.
+    :raises ConfigurationError: for bad arguments, a v1 table or a format version above 3.
     :raises CommitValidationError: when validation from the base fails; the work must be planned again.
     :raises CommitConflictError: when concurrent commits kept winning until the retries ran out.
     :raises CommitStateUnknownError: when the catalog's answer is unknown; check the table first.
@@ -463,6 +489,10 @@ def commit_row_delta(
         raise ConfigurationError("a row delta must add at least one data or delete file")
     if bad := [f.file_path for f in added_delete_files if f.content != DataFileContent.POSITION_DELETES]:
         raise ConfigurationError(f"a row delta adds position delete files only: {', '.join(bad)}")
+    if bad := [f.file_path for f in removed_delete_files if f.content == DataFileContent.DATA]:
+        raise ConfigurationError(f"removed delete files must be delete files: {', '.join(bad)}")
+    _check_added_deletes(added_delete_files, removed_delete_files)
+    check_replaced_deletes(removed_delete_files, added_delete_files)
     properties = _check_common((), added_data_files, commit_id, snapshot_properties)
     if table.metadata.format_version < 2 and added_delete_files:
         raise ConfigurationError(
@@ -472,13 +502,13 @@ def commit_row_delta(
         table,
         branch=branch,
         commit_id=commit_id,
-        removed_delete_files=(),
+        removed_delete_files=removed_delete_files,
         snapshot_properties=properties,
         change=lambda: FilesChange(
             operation=Operation.OVERWRITE if added_data_files else Operation.DELETE,
             base_snapshot_id=base_snapshot_id,
             removed_data_files=[],
-            removed_delete_files=[],
+            removed_delete_files=list(removed_delete_files),
             added=[to_record_layout(data_file) for data_file in added_data_files],
             commit_id=commit_id,
             branch=branch,
@@ -490,10 +520,12 @@ def commit_row_delta(
                 referenced_data_files=tuple(referenced_data_files),
             ),
             added_deletes=[SequencedDelete(to_record_layout(d), None) for d in added_delete_files],
+            # The new DVs replace the removed deletes, which still apply to their (live) data files.
+            rewrites_deletes=True,
         ),
         what=(
-            f"{len(added_data_files)} data files and {len(added_delete_files)} position delete files added, "
-            f"{level.value} isolation"
+            f"{len(added_data_files)} data files and {len(added_delete_files)} position deletes added, "
+            f"{len(removed_delete_files)} replaced, {level.value} isolation"
         ),
     )
 
@@ -534,7 +566,7 @@ def _commit_files(
         return _outcome(table.metadata, found, commit_id, already_committed=True)
 
     files = change()
-    _check_v3_deletes(table.metadata, files, name)
+    check_added_dvs_arguments(table.metadata.format_version, files.added_files, name)
     staged = stage_files(table, files, snapshot_properties)
     try:
         snapshot_id = staged.commit()
@@ -633,22 +665,6 @@ def _check_table(
     ref = metadata.refs.get(branch)
     if ref is not None and ref.snapshot_ref_type != SnapshotRefType.BRANCH:
         raise ConfigurationError(f"{branch} is a tag of {name}, not a branch")
-
-
-def _check_v3_deletes(metadata: TableMetadata, change: FilesChange, name: str) -> None:
-    """v3 takes deletion vectors only (Java's "Must use DVs for position deletes in V3"): this version
-    writes position delete files, never DVs, so none may be added to a v3 table."""
-    if metadata.format_version < 3:
-        return
-    if any(
-        d.delete_file.content == DataFileContent.POSITION_DELETES
-        and d.delete_file.file_format != FileFormat.PUFFIN
-        for d in change.added_deletes
-    ):
-        raise ConfigurationError(
-            f"cannot add position delete files to {name}: format version {metadata.format_version} "
-            "tables take deletion vectors only; table left unchanged"
-        )
 
 
 def _outcome(

@@ -3,10 +3,16 @@
 PyIceberg's ``update_snapshot_summaries`` refuses a ``replace`` snapshot, so the commits build their
 summary here: PyIceberg's ``SnapshotSummaryCollector`` for the per-file counts, Java's
 ``changed-partition-count`` and the ``total-*`` counts carried from the parent's summary.
+
+PyIceberg 0.12 counts a deletion vector as a position delete file of its Puffin's size; Java's
+``SnapshotSummary.UpdateMetrics`` counts it under ``added-dvs`` / ``removed-dvs`` (not
+``added-position-delete-files``), with its cardinality in ``added-position-deletes`` and its
+``content_size_in_bytes`` in ``added-files-size``: :class:`_Metrics` does as Java.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from pyiceberg.manifest import DataFile
@@ -17,7 +23,6 @@ from pyiceberg.table.snapshots import (
     ADDED_DELETE_FILES,
     ADDED_EQUALITY_DELETES,
     ADDED_FILE_SIZE,
-    ADDED_POSITION_DELETE_FILES,
     ADDED_POSITION_DELETES,
     ADDED_RECORDS,
     CHANGED_PARTITION_COUNT_PROP,
@@ -26,7 +31,6 @@ from pyiceberg.table.snapshots import (
     REMOVED_DELETE_FILES,
     REMOVED_EQUALITY_DELETES,
     REMOVED_FILE_SIZE,
-    REMOVED_POSITION_DELETE_FILES,
     REMOVED_POSITION_DELETES,
     TOTAL_DATA_FILES,
     TOTAL_DELETE_FILES,
@@ -35,6 +39,7 @@ from pyiceberg.table.snapshots import (
     TOTAL_POSITION_DELETES,
     TOTAL_RECORDS,
     SnapshotSummaryCollector,
+    UpdateMetrics,
 )
 from pyiceberg.typedef import EMPTY_DICT
 
@@ -42,6 +47,8 @@ from airflow_provider_iceberg_exec.engine.commit.change import spec_id_of
 from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size, is_deletion_vector
 
 __all__ = ["snapshot_summary_properties"]
+
+ADDED_DVS, REMOVED_DVS = "added-dvs", "removed-dvs"
 
 # (total, added, removed) summary keys, in Java's SnapshotProducer.summary() order.
 _TOTALS = (
@@ -82,8 +89,9 @@ def snapshot_summary_properties(
             TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT,
         )
     )
-    added, removed = list(added), list(removed)
     collector = SnapshotSummaryCollector(partition_summary_limit=limit)
+    collector.metrics = _Metrics()
+    collector.partition_metrics = defaultdict(_Metrics)
     changed_partitions: set[str] = set()
     for data_file in added:
         spec = specs[spec_id_of(data_file, metadata.default_spec_id)]
@@ -95,43 +103,11 @@ def snapshot_summary_properties(
         changed_partitions.add(spec.partition_to_path(data_file.partition, schema))
 
     properties = collector.build()
-    _count_deletion_vectors(properties, added, removed)
     # Java counts the unpartitioned "partition" too (key ""), PyIceberg's collector does not.
     properties[CHANGED_PARTITION_COUNT_PROP] = str(len(changed_partitions))
     properties.update(snapshot_properties)
     _add_totals(properties, previous)
     return properties
-
-
-# Java's SnapshotSummary keys for deletion vectors (PyIceberg 0.12 has no constants for them).
-ADDED_DVS = "added-dvs"
-REMOVED_DVS = "removed-dvs"
-
-
-def _count_deletion_vectors(
-    properties: dict[str, str], added: list[DataFile], removed: list[DataFile]
-) -> None:
-    """Count DVs as Java's ``SnapshotSummary.UpdateMetrics`` does: under ``added-dvs``/``removed-dvs``
-    instead of ``*-position-delete-files`` (still delete files with their positions), sized by their
-    blob (``content_size_in_bytes``), not by the shared Puffin file PyIceberg's collector counts."""
-    for files, dvs_key, files_key, size_key in (
-        (added, ADDED_DVS, ADDED_POSITION_DELETE_FILES, ADDED_FILE_SIZE),
-        (removed, REMOVED_DVS, REMOVED_POSITION_DELETE_FILES, REMOVED_FILE_SIZE),
-    ):
-        dvs = [f for f in files if is_deletion_vector(f)]
-        if not dvs:
-            continue
-        properties[dvs_key] = str(len(dvs))
-        _subtract(properties, files_key, len(dvs))
-        _subtract(properties, size_key, sum(f.file_size_in_bytes - content_size(f) for f in dvs))
-
-
-def _subtract(properties: dict[str, str], key: str, amount: int) -> None:
-    value = int(properties.get(key, "0")) - amount
-    if value > 0:
-        properties[key] = str(value)
-    else:
-        properties.pop(key, None)
 
 
 def _add_totals(properties: dict[str, str], previous: Mapping[str, str] | None) -> None:
@@ -148,3 +124,38 @@ def _add_totals(properties: dict[str, str], previous: Mapping[str, str] | None) 
             continue
         if value >= 0:
             properties[total] = str(value)
+
+
+class _Metrics(UpdateMetrics):
+    """PyIceberg's per-file counts with deletion vectors counted as Java's ``SnapshotSummary`` does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added_dvs = 0
+        self.removed_dvs = 0
+
+    def add_file(self, data_file: DataFile) -> None:
+        super().add_file(data_file)
+        if is_deletion_vector(data_file):
+            self.added_dvs += 1
+            self.added_pos_delete_files -= 1
+            self.added_file_size += content_size(data_file) - data_file.file_size_in_bytes
+
+    def remove_file(self, data_file: DataFile) -> None:
+        super().remove_file(data_file)
+        if is_deletion_vector(data_file):
+            self.removed_dvs += 1
+            self.removed_pos_delete_files -= 1
+            self.removed_file_size += content_size(data_file) - data_file.file_size_in_bytes
+
+    def to_dict(self) -> dict[str, str]:
+        """Java's key order: the DV counts follow the position delete file counts."""
+        properties = super().to_dict()
+        dvs = {k: str(v) for k, v in ((ADDED_DVS, self.added_dvs), (REMOVED_DVS, self.removed_dvs)) if v > 0}
+        ordered: dict[str, str] = {}
+        for key, value in properties.items():
+            if dvs and key in (ADDED_DELETE_FILES, REMOVED_DELETE_FILES):
+                ordered.update(dvs)
+                dvs = {}
+            ordered[key] = value
+        return ordered

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.commit.cleanup import table_roots, under_roots
+from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector
 from airflow_provider_iceberg_exec.engine.documents import applied_delete
 from airflow_provider_iceberg_exec.engine.errors import CommitValidationError, DataFileCodecError
 
@@ -47,10 +48,14 @@ def verify_added_files(table: Table, files: Sequence[DataFile]) -> None:
     import pyarrow.parquet as pq
 
     roots = table_roots(table.metadata)
+    footers: dict[str, Any] = {}
     for data_file in files:
         path = data_file.file_path
         if not under_roots(path, roots):
             raise DataFileCodecError(f"added file {path} is outside the table's locations; nothing committed")
+        if is_deletion_vector(data_file):
+            _verify_dv(table, data_file, footers)
+            continue
         input_file = table.io.new_input(path)
         try:
             size = len(input_file)
@@ -71,6 +76,54 @@ def verify_added_files(table: Table, files: Sequence[DataFile]) -> None:
             raise DataFileCodecError(
                 f"added file {path} holds {rows} rows, the result says {data_file.record_count}"
             )
+
+
+def _verify_dv(table: Table, dv: DataFile, footers: dict[str, Any]) -> None:
+    """A DV: its Puffin file has the size claimed, a ``deletion-vector-v1`` blob at exactly the claimed
+    offset and length for the data file it names, and that blob decodes to ``record_count`` positions
+    (the checks Java's reader makes, fatal there)."""
+    from pyiceberg.table.puffin import PuffinFile
+
+    from airflow_provider_iceberg_exec.engine.deletes.vectors import read_deletion_vector
+    from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
+    from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file, v3_field
+
+    path = dv.file_path
+    if path not in footers:
+        try:
+            with table.io.new_input(path).open() as stream:
+                content = stream.read()
+        except FileNotFoundError:
+            raise CommitValidationError(
+                f"output file {path} no longer exists (an earlier failed commit removed it); "
+                "plan and rewrite again"
+            ) from None
+        except OSError as err:
+            raise DataFileCodecError(f"added file {path} is not readable: {err}") from err
+        try:
+            footers[path] = (len(content), PuffinFile(content).footer.blobs)
+        except ValueError as err:
+            raise DataFileCodecError(f"added file {path} is not a readable Puffin file: {err}") from err
+    size, blobs = footers[path]
+    if size != dv.file_size_in_bytes:
+        raise DataFileCodecError(
+            f"added file {path} has {size} bytes, the result says {dv.file_size_in_bytes}"
+        )
+    offset, length = v3_field(dv, "content_offset"), v3_field(dv, "content_size_in_bytes")
+    target = referenced_data_file(dv)
+    if not any(
+        b.type == "deletion-vector-v1"
+        and (b.offset, b.length) == (offset, length)
+        and b.properties.get("referenced-data-file") == target
+        for b in blobs
+    ):
+        raise DataFileCodecError(
+            f"added DV {path}@{offset} has no blob of {target} at that offset and length"
+        )
+    try:
+        read_deletion_vector(table.io, dv)  # length prefix, magic, CRC and cardinality = record_count
+    except DataFileReadError as err:
+        raise DataFileCodecError(f"added DV {path}@{offset} is not valid: {err}") from err
 
 
 @dataclass(frozen=True)

@@ -324,16 +324,24 @@ def _merge_previous(
 ) -> tuple[npt.NDArray[np.int64], list[DataFile]]:
     """The new positions with every earlier position delete of the data file folded in, and the
     delete files the new DV replaces: the old DV, and file-scoped position delete files whose every
-    row names this data file (bounds alone may mislead)."""
+    row names this data file (bounds alone may mislead). With an old DV, only its positions are earlier
+    ones: readers ignore the data file's position files then."""
     import numpy as np
     from pyiceberg.manifest import DataFileContent
 
     path = target.data_file.file_path
     parts = [np.frombuffer(positions.to_array(), dtype=np.uint64).astype(np.int64)]
     replaced: list[DataFile] = []
+    # Readers ignore position delete files for a data file that has a DV (spec, "Scan Planning"): their
+    # positions are folded only when there is none, else a row readers see would be deleted.
+    has_dv = any(is_deletion_vector(d.data_file) for d in target.previous)
     for delete in target.previous:
         delete_file = delete.data_file
         if delete_file.content != DataFileContent.POSITION_DELETES:
+            continue
+        if has_dv and not is_deletion_vector(delete_file):
+            if is_file_scoped(delete_file) and referenced_data_file(delete_file) == path:
+                replaced.append(delete_file)  # ignored by readers already: the commit may drop it
             continue
         if is_deletion_vector(delete_file):
             if referenced_data_file(delete_file) != path:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow_provider_iceberg_exec.engine.contracts import (
@@ -87,6 +87,8 @@ def check_convert_task_result(doc: Any) -> Mapping[str, Any]:
     check_paths(reader, "merged_position_delete_files")
     check_paths(reader, "dangling_equality_delete_files")
     added = reader.files("added_delete_files", content="position-deletes")
+    if "rewritten_delete_files" in reader.doc:  # v3: the old DVs and file-scoped files the DVs replace
+        reader.files("rewritten_delete_files", content="position-deletes")
     matched = reader.count("matched_rows")
     for key in ("data_rows_read", "delete_rows_read", "peak_rss_bytes", "spilled_bytes"):
         reader.count(key)
@@ -115,7 +117,7 @@ def _check_sequenced_deletes(reader: DocReader, key: str) -> list[Mapping[str, A
     entries: list[Any] = reader.get(key, list)
     if not entries:
         raise reader.error(key, "is empty; a group rewrites at least one delete file")
-    seen: set[str] = set()
+    seen: set[tuple[str, Any]] = set()
     for pos, entry in enumerate(entries):
         where = f"{key}[{pos}]"
         if not isinstance(entry, Mapping):
@@ -123,10 +125,22 @@ def _check_sequenced_deletes(reader: DocReader, key: str) -> list[Mapping[str, A
         path = reader.file(f"{where}['content-file']", entry.get("content-file"), "position-deletes")
         if not is_count(entry.get("data-sequence-number")):
             raise reader.error(where, "'data-sequence-number' is missing or not a count")
-        if path in seen:
+        identity = (path, entry["content-file"].get("content-offset"))  # DVs share their Puffin's path
+        if identity in seen:
             raise reader.error(key, f"lists {path} more than once")
-        seen.add(path)
+        seen.add(identity)
     return entries
+
+
+def _blob_sizes(files: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The files with a DV's ``file-size-in-bytes`` read as its blob's size: what it counts for in byte
+    totals (Java's ``RewritePositionDeletesGroup``), since DVs of one Puffin each name the whole file."""
+    return [
+        {**f, "file-size-in-bytes": f["content-size-in-bytes"]}
+        if isinstance(f.get("content-size-in-bytes"), int)
+        else dict(f)
+        for f in files
+    ]
 
 
 def check_position_delete_task(doc: Any) -> Mapping[str, Any]:
@@ -200,9 +214,15 @@ def check_position_delete_result(doc: Any) -> Mapping[str, Any]:
     check_sums(reader, rewritten, "rewritten_records", counts["rewritten_records"], "record-count")
     check_sums(reader, added, "added_records", counts["added_records"], "record-count")
     check_sums(
-        reader, rewritten, "rewritten_bytes_count", counts["rewritten_bytes_count"], "file-size-in-bytes"
+        reader,
+        _blob_sizes(rewritten),
+        "rewritten_bytes_count",
+        counts["rewritten_bytes_count"],
+        "file-size-in-bytes",
     )
-    check_sums(reader, added, "added_bytes_count", counts["added_bytes_count"], "file-size-in-bytes")
+    check_sums(
+        reader, _blob_sizes(added), "added_bytes_count", counts["added_bytes_count"], "file-size-in-bytes"
+    )
     dropped = counts["dangling_records"] + counts["duplicate_records"]
     if counts["rewritten_records"] - dropped != counts["added_records"]:
         raise reader.error(

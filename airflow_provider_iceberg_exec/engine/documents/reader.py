@@ -62,14 +62,16 @@ class DocReader:
         return name
 
     def files(self, key: str, *, required: bool = True, content: str | None = "data") -> list[dict[str, Any]]:
-        """A list of content-file JSON objects, each with a path, a size and a record count, none twice."""
+        """A list of content-file JSON objects, each with a path, a size and a record count, none twice
+        (deletion vectors of one Puffin file share its path: one is told from another by its offset)."""
         values: list[Any] = self.get(key, list, required=required) or []
-        seen: set[str] = set()
+        seen: set[tuple[str, Any]] = set()
         for pos, item in enumerate(values):
             path = self.file(f"{key}[{pos}]", item, content)
-            if path in seen:
+            identity = (path, item.get("content-offset"))
+            if identity in seen:
                 raise self.error(key, f"lists {path} more than once")
-            seen.add(path)
+            seen.add(identity)
         return values
 
     def file(self, where: str, item: Any, content: str | None) -> str:

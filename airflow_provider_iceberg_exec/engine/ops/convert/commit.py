@@ -28,19 +28,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_iceberg_exec.engine.commit.change import file_identity
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced
 from airflow_provider_iceberg_exec.engine.commit.snapshots import SequencedDelete, commit_delete_rewrite
 from airflow_provider_iceberg_exec.engine.commit.verification import verify_added_files
 from airflow_provider_iceberg_exec.engine.contracts import CONVERT_RESULT, ConvertResult
-from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size
+from airflow_provider_iceberg_exec.engine.deletes.vectors import (
+    content_size,
+    is_deletion_vector,
+    read_deletion_vector,
+)
 from airflow_provider_iceberg_exec.engine.documents import check_base_snapshot, check_convert_task_result
 from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json
+from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile, scan_snapshot
 from airflow_provider_iceberg_exec.engine.ops.convert.task import merged_position_deletes
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
@@ -116,10 +124,19 @@ def commit_conversion(
     dangling = {p for d in docs for p in d["dangling_equality_delete_files"]}
     removed_eq, kept = _covered_deletes(docs, base, sorted(dangling))
     merged = _merged_deletes(table, docs, base, added, named)
+    replaced_dvs = _replaced_dvs(table, docs, base, added)
     sequenced = [
-        SequencedDelete(f, _sequence_number(paths, base, removed_eq | set(merged))) for f, paths in added
+        # v3: a DV takes the new commit's sequence number, above its data file's (reference 5.4)
+        SequencedDelete(
+            f, None if is_deletion_vector(f) else _sequence_number(paths, base, removed_eq | set(merged))
+        )
+        for f, paths in added
     ]
-    removed = [base.deletes[p] for p in sorted(removed_eq)] + [merged[p] for p in sorted(merged)]
+    removed = [
+        *(base.deletes[p] for p in sorted(removed_eq)),
+        *(merged[p] for p in sorted(merged)),
+        *replaced_dvs,
+    ]
     result = empty_convert_result(name)
     result["kept_equality_delete_files"] = sorted(kept)
     result["matched_rows_count"] = sum(d["matched_rows"] for d in docs)
@@ -128,7 +145,8 @@ def commit_conversion(
     if not removed:
         # Positions of deletes that stay would only duplicate them: the written files go.
         log.info("nothing to commit: no equality delete of %s was fully converted", name)
-        delete_unreferenced(table, [f.file_path for f, _ in added], what="positions of unconverted deletes")
+        paths = sorted({f.file_path for f, _ in added})  # a Puffin holds many DVs
+        delete_unreferenced(table, paths, what="positions of unconverted deletes")
         return result
     outcome = commit_delete_rewrite(
         table,
@@ -141,7 +159,7 @@ def commit_conversion(
     )
     result["converted_equality_delete_files_count"] = len(removed_eq)
     result["added_position_delete_files_count"] = len(sequenced)
-    result["removed_position_delete_files_count"] = len(merged)
+    result["removed_position_delete_files_count"] = len(merged) + len(replaced_dvs)
     result["added_bytes_count"] = sum(content_size(f) for f, _ in added)
     result["snapshot_ids"] = [outcome.snapshot_id]
     result["already_committed"] = outcome.already_committed
@@ -175,6 +193,12 @@ def _added_file(table: Table, doc: Mapping[str, Any], entry: Mapping[str, Any]) 
         raise DataFileCodecError(
             f"task {doc['task_id']}: added file {delete_file.file_path} is not a position delete file"
         )
+    if is_deletion_vector(delete_file):
+        target = referenced_data_file(delete_file)
+        if target is None:
+            raise DataFileCodecError(f"added DV {delete_file.file_path} has no referenced_data_file")
+        _positions(table, delete_file, target)  # readable, and as many positions as claimed
+        return delete_file, {target}
     paths: set[str] = set()
     try:
         with table.io.new_input(delete_file.file_path).open() as stream:
@@ -269,13 +293,67 @@ def _merged_deletes(
         )
     for path in sorted(claimed):
         owner = owners[path].data_file.file_path
+        if any(is_deletion_vector(d.data_file) for d in owners[path].delete_files):
+            continue  # readers ignore it for the owner's DV (spec "Scan Planning"): dropping it is safe
         old = read_position_deletes(table.io, _delete_of(owners[path], path), owner)
-        new = [read_position_deletes(table.io, f, owner) for f, paths in added if owner in paths]
+        new = [_positions(table, f, owner) for f, paths in added if owner in paths]
         if not np.isin(old, np.concatenate(new)).all():
             raise DataFileCodecError(
                 f"merged position delete {path} has positions of {owner} that the new files lack"
             )
     return {p: base.deletes[p] for p in sorted(claimed)}
+
+
+def _positions(table: Table, delete_file: DataFile, owner: str) -> npt.NDArray[np.int64]:
+    """The positions of ``owner`` in a new delete file: a DV's (read and checked), a Parquet file's rows."""
+    from airflow_provider_iceberg_exec.engine.deletes.positions import read_position_deletes
+    from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
+
+    if not is_deletion_vector(delete_file):
+        return read_position_deletes(table.io, delete_file, owner)
+    try:
+        return read_deletion_vector(table.io, delete_file)
+    except (DataFileReadError, OSError, ValueError) as err:
+        raise DataFileCodecError(f"added DV {delete_file.file_path} is not readable: {err}") from err
+
+
+def _replaced_dvs(
+    table: Table,
+    docs: Sequence[Mapping[str, Any]],
+    base: _Base,
+    added: Sequence[tuple[DataFile, set[str]]],
+) -> list[DataFile]:
+    """v3: the old DVs the new ones replace, each proven: the live DV at the base of a data file that gets
+    a new DV, every one of its positions in the new DV (read back, compared). Removed by identity."""
+    import numpy as np
+
+    metadata = table.metadata
+    new_dvs = {next(iter(paths)): f for f, paths in added if is_deletion_vector(f)}
+    replaced: list[DataFile] = []
+    for doc in docs:
+        for entry in doc.get("rewritten_delete_files", []):
+            claimed = data_file_from_json(entry, metadata.specs(), metadata.schema())
+            if not is_deletion_vector(claimed):
+                continue  # a file-scoped position file: in merged_position_delete_files, checked there
+            owner = referenced_data_file(claimed)
+            scanned = base.files.get(owner) if owner is not None else None
+            live = [
+                d.data_file
+                for d in (scanned.delete_files if scanned is not None else [])
+                if file_identity(d.data_file) == file_identity(claimed)
+            ]
+            if owner is None or not live or owner not in new_dvs:
+                raise DataFileCodecError(
+                    f"rewritten DV {claimed.file_path} is not the live DV at the base of a data file with a "
+                    "new DV"
+                )
+            old = read_deletion_vector(table.io, live[0])
+            if not np.isin(old, read_deletion_vector(table.io, new_dvs[owner])).all():
+                raise DataFileCodecError(
+                    f"rewritten DV {claimed.file_path} has positions the new DV of {owner} lacks"
+                )
+            replaced.append(live[0])
+    return replaced
 
 
 def _delete_of(scanned: ScannedFile, path: str) -> DataFile:

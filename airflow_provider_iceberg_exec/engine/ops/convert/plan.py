@@ -116,19 +116,14 @@ def plan_conversion(
 
     :returns: ``iceberg-exec/convert-plan@1``; its ``tasks`` are the inputs of :func:`.task.convert_task`.
         No task when there is nothing to convert.
-    :raises ConfigurationError: for a v1 or v3 table, a bad filter, bad options or an unknown branch.
+    :raises ConfigurationError: for a v1 table (or above v3), a bad filter, bad options or an unknown branch.
     """
     refresh_table(table)
     metadata = table.metadata
     name = table_name(table)
     if metadata.format_version < 2:
         raise ConfigurationError(f"{name} is a format-version 1 table: it has no delete files to convert")
-    check_writable_format(metadata, name)
-    if metadata.format_version > 2:
-        raise ConfigurationError(
-            f"cannot convert the deletes of {name}: format version {metadata.format_version} tables need "
-            "deletion vectors, which this version does not write; table left unchanged"
-        )
+    check_writable_format(metadata, name)  # v3 converts to deletion vectors (one per data file)
     resolved = ConvertOptions.from_options(options, metadata.properties)
     row_filter = parse_where(where, metadata.schema())
     check_branch(metadata, branch, name)

@@ -235,17 +235,22 @@ def _commit(
                 **common,
             )
         referenced = sorted({p for d in docs for p in d["changed_data_files"]})
+        specs, schema = table.metadata.specs(), table.metadata.schema()
+        replaced = [
+            data_file_from_json(f, specs, schema) for d in docs for f in d.get("rewritten_delete_files", [])
+        ]
         return commit_row_delta(
             table,
             added_data_files=added,
             added_delete_files=deletes,
+            removed_delete_files=replaced,
             referenced_data_files=[base_files.live[p].data_file for p in referenced],
             conflict_detection_filter=conflict_filter,
             isolation_level=str(first["isolation_level"]),
             **common,
         )
     except CommitValidationError:
-        written = [f.file_path for f in [*added, *deletes]]
+        written = sorted({f.file_path for f in [*added, *deletes]})  # a Puffin holds many DVs
         delete_unreferenced(table, written, what=f"uncommitted output of merge {commit_id}")
         raise
 
@@ -275,8 +280,65 @@ def _verify(table: Table, doc: Mapping[str, Any], base_files: BaseFiles) -> None
     changed = set(doc["changed_data_files"])
     if missing := sorted(p for p in changed if p not in base_files.live):
         raise DataFileCodecError(f"{what}: {missing[0]} was not live in the base snapshot; nothing committed")
+    if table.metadata.format_version >= 3:
+        _check_dvs(table, doc, deletes, changed, base_files)
+        return
     for delete_file in deletes:
         _check_positions(table, delete_file, changed, base_files, what)
+
+
+def _check_dvs(
+    table: Table, doc: Mapping[str, Any], dvs: Sequence[DataFile], changed: set[str], base_files: BaseFiles
+) -> None:
+    """v3: each DV names a changed live base file, holds every position deleted there at the base (as
+    readers apply them) within its rows, and the new positions add up to the rows updated and deleted;
+    each replaced delete file is a live delete of such a data file at the base."""
+    import numpy as np
+
+    from airflow_provider_iceberg_exec.engine.commit.change import file_identity
+    from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
+    from airflow_provider_iceberg_exec.engine.deletes.vectors import read_deletion_vector
+    from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
+
+    what = f"merge task {doc['task_id']}"
+    new_rows, targets = 0, set()
+    for dv in dvs:
+        target = referenced_data_file(dv)
+        if target is None or target not in changed or target in targets:
+            raise DataFileCodecError(
+                f"{what}: DV {dv.file_path} names no changed data file once; nothing committed"
+            )
+        targets.add(target)
+        scanned = base_files.live[target]
+        old, new = deleted_positions(table.io, scanned), read_deletion_vector(table.io, dv)
+        if not np.isin(old, new).all() or (len(new) and new[-1] >= scanned.data_file.record_count):
+            raise DataFileCodecError(
+                f"{what}: the DV of {target} drops a deleted row or names a row it lacks; nothing committed"
+            )
+        new_rows += len(new) - len(old)
+    if new_rows != int(doc["num_target_rows_updated"]) + int(doc["num_target_rows_deleted"]):
+        raise DataFileCodecError(
+            f"{what}: its DVs delete {new_rows} rows, not the rows it updated and deleted"
+        )
+    specs, schema = table.metadata.specs(), table.metadata.schema()
+    for entry in doc.get("rewritten_delete_files", []):
+        claimed = data_file_from_json(entry, specs, schema)
+        owner = next(
+            (
+                p
+                for p in targets
+                if any(
+                    file_identity(d.data_file) == file_identity(claimed)
+                    for d in base_files.live[p].delete_files
+                )
+            ),
+            None,
+        )
+        if owner is None:
+            raise DataFileCodecError(
+                f"{what}: replaced delete file {claimed.file_path} is not a live delete of a data file "
+                "with a new DV; nothing committed"
+            )
 
 
 def _check_positions(

@@ -10,6 +10,8 @@
   rewritten (:attr:`Outputs.rewritten_delete_files`: the commit removes them).
 - New rows (inserts, merge-on-read updates, rows that change partition) go to one writer; in a
   partitioned table they are first clustered by partition with DataFusion's spilling sort.
+- v3: every data file is written with the two row-lineage columns (Java's write schema): the task gives
+  each row its values (copied rows both, updated rows their ``_row_id``, inserted rows none).
 
 A failed task removes every file written (:meth:`Outputs.abort`).
 """
@@ -28,6 +30,7 @@ from airflow_provider_iceberg_exec.engine.deletes.sink import (
     PositionDeleteSink,
     position_delete_sink,
 )
+from airflow_provider_iceberg_exec.engine.io.lineage import with_lineage_columns
 from airflow_provider_iceberg_exec.engine.io.sorting import sort_for_output
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
 from airflow_provider_iceberg_exec.engine.io.write import (
@@ -63,13 +66,16 @@ class Outputs:
         metadata = table.metadata
         self.table, self.spec, self.task_id, self.limits = table, spec, task_id, limits
         self.schema = metadata.schema()
+        #: v3: every row written carries _row_id and _last_updated_sequence_number (Java's write schema)
+        self.lineage = metadata.format_version >= 3
+        self.write_schema = with_lineage_columns(self.schema) if self.lineage else self.schema
         self.locations = load_location_provider(metadata.location, metadata.properties)
         self.target_size = int(metadata.properties.get(_TARGET_FILE_SIZE_PROPERTY, _DEFAULT_TARGET_FILE_SIZE))
         self.delete_target_size = int(
             metadata.properties.get(_DELETE_TARGET_FILE_SIZE_PROPERTY, _DEFAULT_DELETE_TARGET_FILE_SIZE)
         )
         self.splitter = PartitionSplitter(spec, self.schema)
-        self._arrow_schema = self.schema.as_arrow()
+        self._arrow_schema = self.write_schema.as_arrow()
         self.data_files: list[DataFile] = []
         self.delete_files: list[DataFile] = []
         #: v3: the delete files the new DVs replace (old DVs, file-scoped position deletes)
@@ -98,7 +104,7 @@ class Outputs:
         writer = RollingDataFileWriter(
             io=self.table.io,
             location_provider=self.locations,
-            schema=self.schema,
+            schema=self.write_schema,
             spec=self.spec,
             properties=self.table.metadata.properties,
             target_file_size_bytes=self.target_size,

@@ -66,7 +66,7 @@ def plan_merge(
     :returns: the plan (``iceberg-exec/merge-plan@1``); its ``tasks`` feed
         :func:`~.task.execute_merge_task`.
     :raises ConfigurationError: for a bad clause, key, source, mode or isolation level, a source whose
-        columns do not fit, merge-on-read on a v1 table, or a format-version 3 table.
+        columns do not fit, merge-on-read on a v1 table, or a format version above 3.
     """
     refresh_table(table)
     metadata = table.metadata
@@ -143,16 +143,11 @@ def _check_source_columns(clauses: MergeClauses, source: MergeSource, on: list[s
 
 
 def check_merge_format(metadata: TableMetadata, name: str) -> None:
-    """Refuse a format version MERGE cannot commit to: above 3, and 3 (no DVs, no row lineage yet).
+    """Refuse a format version MERGE cannot commit to: above 3 (v3 writes DVs and carries row lineage).
 
     :raises ConfigurationError: in one line; the table is not touched.
     """
     check_writable_format(metadata, name)
-    if metadata.format_version >= 3:
-        raise ConfigurationError(
-            f"format version {metadata.format_version} tables are not supported yet by MERGE (deletion "
-            "vectors and row lineage); table left unchanged"
-        )
 
 
 def _mode(explicit: str | None, properties: Mapping[str, str], format_version: int) -> str:

@@ -20,10 +20,12 @@ from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size
 from airflow_provider_iceberg_exec.engine.documents import applied_deletes_of, check_base_snapshot
 from airflow_provider_iceberg_exec.engine.documents.merge import check_merge_task
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
+from airflow_provider_iceberg_exec.engine.io.lineage import RowLineage, without_lineage
 from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
 from airflow_provider_iceberg_exec.engine.io.session import ExecutionStats, resource_error, track_resources
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to_json
+from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
 from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_from_json
 from airflow_provider_iceberg_exec.engine.ops.merge.clauses import (
     KIND,
@@ -162,7 +164,9 @@ class _Run:
         )
         self.source = MergeSource.from_json(table, doc["source"])
         self.evaluator = Evaluator(self.clauses, self.schema, self.source.arrow_schema)
-        self.reads_target = self.copy_on_write or self.clauses.reads_target_values
+        # v3: rows carry their lineage (an updated row keeps its _row_id), read from the target file
+        self.lineage = metadata.format_version >= 3
+        self.reads_target = self.copy_on_write or self.clauses.reads_target_values or self.lineage
         self.progress: Tracker = NOT_TRACKED  # advanced as each target file is done
 
     def execute(self, spill_dir: str) -> None:
@@ -294,6 +298,8 @@ class _Run:
             else:
                 file_out.write_deletes(positions[changes])
             if updates is not None:
+                if self.lineage:
+                    updates = updated_lineage(updates, batch, np.isin(choice, self.evaluator.update_numbers))
                 file_out.write_updated(updates)
         changed = counts.updated + counts.deleted
         if not changed:
@@ -317,12 +323,14 @@ class _Run:
         import pyarrow as pa
 
         if self.reads_target:
-            for batch, positions in _live_rows(self.table, scanned, dead, self.limits):
+            for batch, positions in _live_rows(self.table, scanned, dead, self.limits, lineage=self.lineage):
                 rows, row_positions = matched.take(ordinal, int(positions[-1]) + 1)
+                # v3: the lineage columns (the last two) stay on the rows, out of the clauses' view
+                target = batch.select(range(batch.num_columns - 2)) if self.lineage else batch
                 yield (
                     batch,
                     positions,
-                    combine(batch, positions, rows, row_positions, self.evaluator.source_type),
+                    combine(target, positions, rows, row_positions, self.evaluator.source_type),
                 )
             return
         end = scanned.data_file.record_count
@@ -363,7 +371,7 @@ class _Run:
         rows = self.evaluator.inserts(combined, self.evaluator.choose(combined))
         if rows is not None and rows.num_rows:
             self.counts.inserted += rows.num_rows
-            self.outputs.write_new(rows)
+            self.outputs.write_new(without_lineage(rows) if self.lineage else rows)
 
     def _rewritten_deletes(self) -> dict[str, Any]:
         """v3 only: the delete files the task's new DVs replace (the commit removes them; a DV by its
@@ -483,10 +491,31 @@ def _dead_positions(
     return dead
 
 
+def updated_lineage(
+    updates: pa.RecordBatch, batch: pa.RecordBatch, updated: npt.NDArray[np.bool_]
+) -> pa.RecordBatch:
+    """v3: the updated rows with the ``_row_id`` of the target rows they update (``batch``'s, where
+    ``updated``, in order) and a null ``_last_updated_sequence_number``: they read as the commit's, as
+    Java's ``RewriteMergeIntoTableForRowLineage`` assigns (an update, in either mode, keeps the row id)."""
+    import pyarrow as pa
+
+    out = without_lineage(updates)
+    row_ids = batch.column(batch.num_columns - 2).filter(pa.array(updated))
+    columns = list(out.columns)
+    columns[-2] = row_ids
+    return pa.RecordBatch.from_arrays(columns, schema=out.schema)
+
+
 def _live_rows(
-    table: Table, scanned: ScannedFile, dead: npt.NDArray[np.int64], limits: ResourceLimits
+    table: Table,
+    scanned: ScannedFile,
+    dead: npt.NDArray[np.int64],
+    limits: ResourceLimits,
+    *,
+    lineage: bool = False,
 ) -> Iterator[tuple[pa.RecordBatch, npt.NDArray[np.int64]]]:
-    """The live rows of a data file in file order, each batch with its rows' positions."""
+    """The live rows of a data file in file order, each batch with its rows' positions; with
+    ``lineage`` (v3) also ``_row_id`` and ``_last_updated_sequence_number``, materialised, last."""
     import numpy as np
     import pyarrow as pa
 
@@ -501,6 +530,7 @@ def _live_rows(
         name_mapping=metadata.name_mapping(),
         format_version=metadata.format_version,
         batch_size=read_batch_rows(data_file, limits.batch_size),
+        lineage=RowLineage(first_row_id(data_file), scanned.data_sequence_number) if lineage else None,
     ):
         n = batch.num_rows
         positions = np.arange(start, start + n, dtype=np.int64)

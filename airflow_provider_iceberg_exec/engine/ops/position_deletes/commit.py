@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_iceberg_exec.engine.commit.change import file_identity
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced
 from airflow_provider_iceberg_exec.engine.commit.snapshots import (
     COMMIT_ID_PROPERTY,
@@ -23,6 +24,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     CommitRecord,
     RewritePositionDeletesResult,
 )
+from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size
 from airflow_provider_iceberg_exec.engine.documents import check_position_delete_result
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitValidationError,
@@ -31,8 +33,9 @@ from airflow_provider_iceberg_exec.engine.errors import (
 )
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json
-from airflow_provider_iceberg_exec.engine.meta.scan import check_branch, scan_snapshot
+from airflow_provider_iceberg_exec.engine.meta.scan import SnapshotFiles, check_branch, scan_snapshot
 from airflow_provider_iceberg_exec.engine.ops.position_deletes.plan import check_format_version
+from airflow_provider_iceberg_exec.engine.ops.position_deletes.proofs import prove_dvs
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -48,7 +51,8 @@ class _Group:
     doc: Mapping[str, Any]
     removed: list[DataFile]
     added: list[DataFile]
-    sequence_number: int
+    sequence_number: int | None  # None on v3: the DVs take the commit's
+    required: tuple[DataFile, ...] = ()  # v3: the data files the DVs name, to be unchanged since the base
 
 
 def empty_position_delete_result(table: str) -> RewritePositionDeletesResult:
@@ -145,12 +149,17 @@ def _check_groups_once(docs: Sequence[Mapping[str, Any]]) -> None:
     groups = [d["group_id"] for d in docs]
     if len(set(groups)) != len(groups):
         raise DataFileCodecError("the results list a group more than once; commit each group's result once")
-    removed = [e["content-file"]["file-path"] for d in docs for e in d["rewritten_delete_files"]]
+    removed = [_identity(e["content-file"]) for d in docs for e in d["rewritten_delete_files"]]
     if len(set(removed)) != len(removed):
         raise DataFileCodecError("the results rewrite a delete file twice; commit each plan once")
-    added = [f["file-path"] for d in docs for f in d["added_delete_files"]]
-    if len(set(added)) != len(added) or set(added) & set(removed):
+    added = [_identity(f) for d in docs for f in d["added_delete_files"]]
+    if len(set(added)) != len(added) or {i[0] for i in added} & {i[0] for i in removed}:
         raise DataFileCodecError("the results add a file twice, or add a file they also rewrite")
+
+
+def _identity(doc: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """A content file's identity from its JSON: a DV by path, content offset and size (they share paths)."""
+    return (doc.get("file-path"), doc.get("content-offset"), doc.get("content-size-in-bytes"))
 
 
 def _proven_groups(
@@ -168,14 +177,16 @@ def _proven_groups(
     metadata = table.metadata
     specs, schema = metadata.specs(), metadata.schema()
     pending_ids = {str(d["group_id"]) for d in pending}
-    base_sequences: dict[str, int] = {}
+    base_sequences: dict[tuple[Any, Any, Any], int] = {}
+    base: SnapshotFiles | None = None
     if pending:
         snapshot = metadata.snapshot_by_id(base_snapshot_id)
         if snapshot is None:
             raise DataFileCodecError(f"base snapshot {base_snapshot_id} is not a snapshot of the table")
+        base = scan_snapshot(table.io, metadata, snapshot)
         base_sequences = {
-            d.data_file.file_path: d.data_sequence_number
-            for d in scan_snapshot(table.io, metadata, snapshot).delete_files
+            file_identity(d.data_file): d.data_sequence_number
+            for d in base.delete_files
             if d.data_file.content == DataFileContent.POSITION_DELETES
         }
     groups: dict[str, _Group] = {}
@@ -184,30 +195,38 @@ def _proven_groups(
         inputs = [e["content-file"] for e in doc["rewritten_delete_files"]]
         removed = [data_file_from_json(f, specs, schema) for f in inputs]
         added = [data_file_from_json(f, specs, schema) for f in doc["added_delete_files"]]
-        sequence = int(doc["data_sequence_number"])
+        sequence: int | None = int(doc["data_sequence_number"])
+        required: tuple[DataFile, ...] = ()
         if group_id in pending_ids:
             sequence = _proven_sequence(doc, base_sequences, base_snapshot_id)
             _check_layout(group_id, inputs, doc["added_delete_files"])
             verify_added_files(table, added)
-        groups[group_id] = _Group(doc, removed, added, sequence)
+            if metadata.format_version >= 3:
+                assert base is not None
+                required = prove_dvs(table, base, removed, added, group_id)
+        if metadata.format_version >= 3:
+            sequence = None  # a DV takes the new commit's sequence number, above its data file's
+        groups[group_id] = _Group(doc, removed, added, sequence, required)
     return groups
 
 
-def _proven_sequence(doc: Mapping[str, Any], base_sequences: Mapping[str, int], base_snapshot_id: int) -> int:
+def _proven_sequence(
+    doc: Mapping[str, Any], base_sequences: Mapping[tuple[Any, Any, Any], int], base_snapshot_id: int
+) -> int:
     """The largest data sequence number of the group's inputs at the base, which the result must claim."""
     for entry in doc["rewritten_delete_files"]:
-        path = entry["content-file"]["file-path"]
-        if path not in base_sequences:
+        path, key = entry["content-file"]["file-path"], _identity(entry["content-file"])
+        if key not in base_sequences:
             raise DataFileCodecError(
                 f"rewritten delete file {path} was not a live position delete file in base snapshot "
                 f"{base_snapshot_id}; nothing committed"
             )
-        if base_sequences[path] != int(entry["data-sequence-number"]):
+        if base_sequences[key] != int(entry["data-sequence-number"]):
             raise DataFileCodecError(
-                f"rewritten delete file {path} has data sequence number {base_sequences[path]} in the base "
+                f"rewritten delete file {path} has data sequence number {base_sequences[key]} in the base "
                 f"snapshot, the result says {entry['data-sequence-number']}; nothing committed"
             )
-    sequence = max(base_sequences[e["content-file"]["file-path"]] for e in doc["rewritten_delete_files"])
+    sequence = max(base_sequences[_identity(e["content-file"])] for e in doc["rewritten_delete_files"])
     if sequence != int(doc["data_sequence_number"]):
         raise DataFileCodecError(f"group {doc['group_id']}: the outputs' sequence number is not {sequence}")
     return sequence
@@ -248,17 +267,19 @@ def _commit_batch(
             base_snapshot_id=base_snapshot_id,
             removed_delete_files=removed,
             added_delete_files=added,
+            # v3: the data files the DVs name must be unchanged since the base (validateDataFilesExist)
+            required_data_files=[f for g in groups for f in g.required],
             commit_id=batch_id,
             branch=branch,
         )
     except (ConfigurationError, CommitValidationError):
-        paths = [d.delete_file.file_path for d in added]
+        paths = sorted({d.delete_file.file_path for d in added})  # a Puffin holds many DVs
         delete_unreferenced(table, paths, what=f"uncommitted output of {batch_id}")
         raise
     summary["rewritten_delete_files_count"] += len(removed)
     summary["added_delete_files_count"] += len(added)
-    summary["rewritten_bytes_count"] += sum(f.file_size_in_bytes for f in removed)
-    summary["added_bytes_count"] += sum(d.delete_file.file_size_in_bytes for d in added)
+    summary["rewritten_bytes_count"] += sum(content_size(f) for f in removed)
+    summary["added_bytes_count"] += sum(content_size(d.delete_file) for d in added)
     summary["dangling_records"] += sum(int(g.doc["dangling_records"]) for g in groups)
     summary["snapshot_ids"].append(outcome.snapshot_id)
     summary["commits"].append(

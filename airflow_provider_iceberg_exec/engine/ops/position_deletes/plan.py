@@ -3,12 +3,13 @@ partition, one task per group, each with the live data files its positions may n
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_iceberg_exec.engine.config import PositionDeleteOptions
+from airflow_provider_iceberg_exec.engine.config import CompactionOptions, PositionDeleteOptions
 from airflow_provider_iceberg_exec.engine.contracts import (
     POSITION_DELETE_PLAN,
     POSITION_DELETE_TASK,
@@ -39,21 +40,16 @@ log = logging.getLogger(__name__)
 
 
 def check_format_version(metadata: TableMetadata, name: str) -> None:
-    """Refuse a table without position delete files to rewrite (v1) or one whose deletes are DVs (v3).
+    """Refuse a table without position delete files to rewrite (v1) or of a version this product does not
+    know (above 3). On v3 the rewrite turns v2 position delete files into DVs.
 
     :raises ConfigurationError: in one line; the table is not touched.
     """
-    version = metadata.format_version
-    if version == 1:
+    if metadata.format_version == 1:
         raise ConfigurationError(
             f"cannot rewrite position deletes of {name}: format version 1 tables have no delete files"
         )
     check_writable_format(metadata, name)
-    if version >= 3:
-        raise ConfigurationError(
-            f"cannot rewrite position deletes of {name}: format version {version} tables need deletion "
-            "vectors, which this version does not write; table left unchanged"
-        )
 
 
 def plan_position_delete_rewrite(
@@ -68,13 +64,15 @@ def plan_position_delete_rewrite(
     Live position delete files whose partition may hold rows matching ``where`` (inclusive projection of
     the filter onto each file's spec) are bucketed by ``(spec id, partition)`` and bin-packed with Java's
     ``BinPackRewritePositionDeletePlanner`` filters (file: outside the size range; group: enough files,
-    enough content or too much content; ``rewrite-all`` skips both). Nothing is written.
+    enough content or too much content; ``rewrite-all`` skips both). On a v3 table every ``(spec,
+    partition)`` with a v2 position file is one group of all of them (they become DVs; DVs alone are
+    left as they are, one per data file already). Nothing is written.
 
     :param where: a PyIceberg row filter selecting partitions, e.g. ``"day >= '2026-01-01'"``.
     :param options: Spark's options by name (``target-file-size-bytes``, ``min-input-files``, ...).
     :param branch: the branch to rewrite.
     :returns: the plan document (``iceberg-exec/position-delete-plan@1``); no task means nothing to do.
-    :raises ConfigurationError: for bad options or filter, a v1 table or a v3 table.
+    :raises ConfigurationError: for bad options or filter, a v1 table or a version above 3.
     """
     refresh_table(table)
     metadata, name = table.metadata, table_name(table)
@@ -103,7 +101,7 @@ def plan_position_delete_rewrite(
     ]
     outcome = plan_file_groups(
         candidates,
-        resolved.planner,
+        _v3_planner(resolved.planner) if metadata.format_version >= 3 else resolved.planner,
         current_spec_id=metadata.default_spec_id,
         output_spec_id=metadata.default_spec_id,
         apply_deletes=True,
@@ -124,6 +122,18 @@ def plan_position_delete_rewrite(
         snapshot.snapshot_id,
     )
     return plan
+
+
+def _v3_planner(options: CompactionOptions) -> CompactionOptions:
+    """v3: one group per ``(spec, partition)`` with every v2 position file of it, whatever their sizes, so
+    that each data file gets one DV folding all of them (Spark's v3 rewrite may write two, trap 7)."""
+    return dataclasses.replace(
+        options,
+        rewrite_all=True,
+        max_file_group_size_bytes=2**62,
+        max_file_group_input_files=2**63 - 1,
+        max_files_to_rewrite=None,
+    )
 
 
 def _is_position_file(data_file: DataFile) -> bool:

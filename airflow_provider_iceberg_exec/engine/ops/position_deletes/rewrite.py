@@ -27,6 +27,7 @@ from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_fr
 from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete
 from airflow_provider_iceberg_exec.engine.ops.planning import write_max_file_size
+from airflow_provider_iceberg_exec.engine.ops.position_deletes.dvs import rewrite_to_dvs
 from airflow_provider_iceberg_exec.engine.ops.position_deletes.plan import check_format_version
 from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker, track
 
@@ -57,7 +58,8 @@ def execute_position_delete_task(
     one the input did not apply to (a data sequence number above the input's), are dropped as dangling.
     The rest are sorted by data file and position (:mod:`~.io.position_sort`), repeated positions are
     dropped, and the rows are written in the group's spec and partition with the table's delete
-    granularity, rolled at Java's ``maxOutputFileSize``. On any failure every file written is removed.
+    granularity, rolled at Java's ``maxOutputFileSize``. On a v3 table the group's files become one DV
+    per data file instead (:mod:`.dvs`). On any failure every file written is removed.
 
     :returns: ``iceberg-exec/position-delete-result@1`` with the new files as DataFile JSON.
     :raises ConfigurationError: for a malformed task or one that does not fit the table.
@@ -70,6 +72,8 @@ def execute_position_delete_task(
     check_base_snapshot(metadata, task["base_snapshot_id"])
     schema, specs = metadata.schema(), metadata.specs()
     inputs = _inputs(task, specs, schema)
+    if metadata.format_version >= 3:
+        return rewrite_to_dvs(table, task, inputs, limits)  # DVs, one per data file
     spec = specs[int(task["spec_id"])]
     options = PositionDeleteOptions.from_options(task["options"])
     live = {str(e["file-path"]): int(e["data-sequence-number"]) for e in task["live_data_files"]}

@@ -47,7 +47,7 @@ def rewrite_position_deletes(
     :param where: a PyIceberg row filter selecting the partitions whose delete files are rewritten.
     :param options: Spark's options by name.
     :param commit_id: the idempotency key; a retry with an id that landed reports what landed.
-    :raises ConfigurationError: for bad options or filter, a v1 or a v3 table.
+    :raises ConfigurationError: for bad options or filter, a v1 table or a version above 3.
     """
     limits = limits or ResourceLimits()
     if (

@@ -285,3 +285,45 @@ def test_extra_properties_are_written_over_the_counts(flat) -> None:
     assert properties["changed-partition-count"] == "9"
     assert properties["total-records"] == "5"
     assert "operation" not in properties
+
+
+def _dv(records: int, offset: int, size: int, partition: Record | None = None) -> DataFile:
+    """A DV entry: a blob of ``size`` bytes of a 1000-byte Puffin file shared with other DVs."""
+    return DataFile.from_args(
+        _table_format_version=3,
+        content=DataFileContent.POSITION_DELETES,
+        file_path="file:///t/data/shared-deletes.puffin",
+        file_format=FileFormat.PUFFIN,
+        partition=Record() if partition is None else partition,
+        record_count=records,
+        file_size_in_bytes=1000,
+        referenced_data_file=f"file:///t/data/{offset}.parquet",
+        content_offset=offset,
+        content_size_in_bytes=size,
+    )
+
+
+def test_dvs_count_as_java_s_snapshot_summary(flat) -> None:
+    """A DV counts in added-dvs / removed-dvs, not added-position-delete-files; its cardinality in the
+    position deletes; its blob size, not the shared Puffin's, in the files size (Java's UpdateMetrics)."""
+    properties = snapshot_summary_properties(
+        flat.metadata,
+        added=[_dv(3, 4, 50), _dv(2, 54, 40)],
+        removed=[_dv(1, 4, 30), _delete_file(DataFileContent.POSITION_DELETES, 2, "file:///t/p.parquet")],
+        previous={**ZERO_TOTALS, "total-delete-files": "2", "total-position-deletes": "3"},
+    )
+    assert properties["added-dvs"] == "2"
+    assert properties["removed-dvs"] == "1"
+    assert properties["added-delete-files"] == "2"
+    assert properties["removed-delete-files"] == "2"
+    assert "added-position-delete-files" not in properties
+    assert properties["removed-position-delete-files"] == "1"
+    assert properties["added-position-deletes"] == "5"
+    assert properties["removed-position-deletes"] == "3"
+    assert properties["added-files-size"] == "90"
+    assert properties["removed-files-size"] == "230"
+    assert properties["total-delete-files"] == "2"
+    assert properties["total-position-deletes"] == "5"
+    keys = list(properties)
+    assert keys.index("removed-position-delete-files") < keys.index("added-dvs") < keys.index("removed-dvs")
+    assert keys.index("removed-dvs") < keys.index("added-delete-files")

@@ -149,9 +149,12 @@ def test_v3_writes_one_dv_per_data_file_in_one_puffin_file(tmp_path: Path) -> No
     assert sink.rows_written == 6
 
 
-def test_v3_merges_the_old_dv_and_every_position_file_and_reports_the_file_scoped_ones(
+def test_v3_merges_the_old_dv_not_the_position_files_readers_ignore_and_reports_the_file_scoped_ones(
     tmp_path: Path,
 ) -> None:
+    """With a DV, readers ignore the data file's position files (spec "Scan Planning"; Java's
+    DeleteFileIndex returns the DV alone): folding theirs would delete rows readers see. The file-scoped
+    one is still reported, so the commit drops it; the partition-scoped one stays."""
     a, other = _data_file(tmp_path, "a"), _data_file(tmp_path, "other")
     old_dv = _old_dv(tmp_path, a, [7, 8])
     scoped = _position_file(tmp_path, [(a.file_path, 20), (a.file_path, 21)], "scoped")
@@ -172,8 +175,8 @@ def test_v3_merges_the_old_dv_and_every_position_file_and_reports_the_file_scope
     result = sink.close()
 
     (dv,) = result.added
-    assert read_deletion_vector(PyArrowFileIO(), dv).tolist() == [1, 7, 8, 20, 21, 30]
-    assert dv.record_count == 6
+    assert read_deletion_vector(PyArrowFileIO(), dv).tolist() == [1, 7, 8]
+    assert dv.record_count == 3
     # the partition-scoped file stays: it still deletes a row of another data file
     assert [f.file_path for f in result.rewritten] == [old_dv.file_path, scoped.file_path]
     assert v3_field(result.rewritten[0], "content_offset") == v3_field(old_dv, "content_offset")
@@ -200,19 +203,19 @@ def test_v3_a_position_file_shared_by_several_changed_files_is_folded_into_each(
 
 
 def test_v3_fold_turns_earlier_position_deletes_into_one_dv(tmp_path: Path) -> None:
-    """Position-delete compaction on v3: no new position, the old DV and position files become one DV."""
+    """Position-delete compaction on v3: no new position, the position files become one DV."""
     a, untouched = _data_file(tmp_path, "a"), _data_file(tmp_path, "b")
-    old_dv = _old_dv(tmp_path, a, [2])
+    first = _position_file(tmp_path, [(a.file_path, 2)], "first")
     scoped = _position_file(tmp_path, [(a.file_path, 4)], "scoped")
     sink = _sink(tmp_path)
 
-    sink.fold(DeleteTarget(a, (ScannedDelete(old_dv, 1), ScannedDelete(scoped, 2))))
+    sink.fold(DeleteTarget(a, (ScannedDelete(first, 1), ScannedDelete(scoped, 2))))
     sink.fold(DeleteTarget(untouched))  # nothing deletes a row of it: no DV
     result = sink.close()
 
     (dv,) = result.added
     assert read_deletion_vector(PyArrowFileIO(), dv).tolist() == [2, 4]
-    assert [f.file_path for f in result.rewritten] == [old_dv.file_path, scoped.file_path]
+    assert [f.file_path for f in result.rewritten] == [first.file_path, scoped.file_path]
 
 
 def test_v3_forget_drops_a_data_file_that_did_not_change(tmp_path: Path) -> None:
