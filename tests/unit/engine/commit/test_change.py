@@ -2,7 +2,9 @@
 
 ``DanglingDeletes`` is a string enum of the three documented modes; ``FilesChange`` and ``History`` are
 frozen; ``spec_id_of`` falls back to the default spec for a writer's file without one; ``partition_key``
-pairs it with the file's partition; ``some`` shows at most ``shown`` paths and how many more."""
+pairs it with the file's partition; ``file_identity`` tells DVs sharing one Puffin apart by their blob
+(removing by path alone would resurrect the rows of every DV in the file); ``some`` shows at most
+``shown`` paths and how many more."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from airflow_provider_iceberg_exec.engine.commit.change import (
     DanglingDeletes,
     FilesChange,
     History,
+    file_identity,
     partition_key,
     some,
     spec_id_of,
@@ -134,3 +137,44 @@ def test_history_is_frozen(evolved) -> None:
     assert history.base is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         history.base = head  # type: ignore[misc]
+
+
+def _dv(offset: int | None, size: int | None, path: str = "file:///t/data/d.puffin") -> DataFile:
+    return DataFile.from_args(
+        _table_format_version=3,
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PUFFIN,
+        partition=Record(),
+        record_count=2,
+        file_size_in_bytes=500,
+        referenced_data_file=f"file:///t/data/{offset}.parquet",
+        content_offset=offset,
+        content_size_in_bytes=size,
+    )
+
+
+def test_dvs_in_one_puffin_file_are_told_apart_by_offset_and_size() -> None:
+    first, second = _dv(4, 46), _dv(50, 46)
+
+    assert file_identity(first) == ("file:///t/data/d.puffin", 4, 46)
+    assert file_identity(first) != file_identity(second)
+    assert file_identity(first) == file_identity(_dv(4, 46))
+
+
+def test_a_position_delete_file_is_its_path() -> None:
+    position = DataFile.from_args(
+        _table_format_version=2,
+        content=DataFileContent.POSITION_DELETES,
+        file_path="file:///t/data/pos.parquet",
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=2,
+        file_size_in_bytes=500,
+    )
+
+    assert file_identity(position) == ("file:///t/data/pos.parquet", None, None)
+
+
+def test_a_dv_without_its_blob_pointers_falls_back_to_its_path() -> None:
+    assert file_identity(_dv(None, None)) == ("file:///t/data/d.puffin", None, None)

@@ -165,53 +165,6 @@ def test_delete_files_count_by_content(flat) -> None:
     assert properties["total-records"] == "0"  # delete files are no records
 
 
-def _dv(path: str, offset: int, size: int, cardinality: int) -> DataFile:
-    return DataFile.from_args(
-        _table_format_version=3,
-        content=DataFileContent.POSITION_DELETES,
-        file_path=path,
-        file_format=FileFormat.PUFFIN,
-        partition=Record(),
-        record_count=cardinality,
-        file_size_in_bytes=1000,  # the whole Puffin file, which other DVs share
-        referenced_data_file=f"file:///nowhere/data-{offset}.parquet",
-        content_offset=offset,
-        content_size_in_bytes=size,
-    )
-
-
-def test_deletion_vectors_count_as_java_s_dvs_sized_by_their_blob(flat) -> None:
-    """Java's SnapshotSummary: a DV is a delete file with its positions, under ``added-dvs`` /
-    ``removed-dvs`` (not ``*-position-delete-files``), and counts its blob's bytes."""
-    removed = [_dv("file:///nowhere/a.puffin", 4, 40, 3), _dv("file:///nowhere/a.puffin", 44, 42, 2)]
-    position = _delete_file(DataFileContent.POSITION_DELETES, 1, "file:///nowhere/pos.parquet")
-    added = [_dv("file:///nowhere/b.puffin", 4, 50, 6)]
-    previous = {
-        **ZERO_TOTALS,
-        "total-delete-files": "3",
-        "total-position-deletes": "6",
-        "total-files-size": "182",
-    }
-
-    properties = snapshot_summary_properties(
-        flat.metadata, added=added, removed=[*removed, position], previous=previous
-    )
-
-    assert properties["removed-dvs"] == "2"
-    assert properties["removed-position-delete-files"] == "1"
-    assert properties["removed-delete-files"] == "3"
-    assert properties["removed-position-deletes"] == "6"
-    assert properties["removed-files-size"] == str(40 + 42 + 100)
-    assert properties["added-dvs"] == "1"
-    assert "added-position-delete-files" not in properties
-    assert properties["added-delete-files"] == "1"
-    assert properties["added-position-deletes"] == "6"
-    assert properties["added-files-size"] == "50"
-    assert properties["total-delete-files"] == "1"
-    assert properties["total-position-deletes"] == "6"
-    assert properties["total-files-size"] == "50"
-
-
 def test_changed_partitions_count_the_unpartitioned_one_across_specs(evolved) -> None:
     """Spec 0's "" partition counts, as in Java; PyIceberg's collector alone would say 2."""
     files = _files(evolved)
