@@ -173,7 +173,8 @@ class OpenLineageMixin:
 
     A subclass sets :attr:`table_lineage`; its ``execute()`` is wrapped so that its result stays on the
     task for the COMPLETE event (the provider calls the facet methods in a fork of the task process,
-    after ``execute()``, so the result needs no XCom round trip).
+    after ``execute()``, so the result needs no XCom round trip). Each method reports from the task the
+    runner executed (:func:`_executed`: on Airflow 3.1 not the one it is called on).
     """
 
     table_lineage: ClassVar[TableLineage] = TableLineage(None)
