@@ -81,14 +81,8 @@ COMPAT: dict[str, frozenset[str] | None] = {
     "system/test_resolve_equality_deletes.py": frozenset(
         {"test_resolves_the_equality_deletes_in_one_task_and_a_retry_reports_the_landed_commit"}
     ),
-    # On Airflow 3.1 the dataset versions of the compaction's and the CoW commit's events are wrong
-    # (docs/lineage.md): those two tests fail there, with every OpenLineage provider version tried.
-    "system/test_openlineage.py": frozenset(
-        {
-            "test_every_task_emits_start_and_complete_with_the_table_named_after_its_location",
-            "test_plan_and_mapped_rewrites_only_read_the_table_at_the_planned_snapshot",
-        }
-    ),
+    # the events of a real run, all of them right on Airflow 3.1 too (docs/lineage.md)
+    "system/test_openlineage.py": ALL,
     "system/test_merge.py": frozenset(
         {
             "test_upsert_operator_takes_the_source_from_an_upstream_tasks_xcom",

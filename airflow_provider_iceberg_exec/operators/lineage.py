@@ -173,7 +173,8 @@ class OpenLineageMixin:
 
     A subclass sets :attr:`table_lineage`; its ``execute()`` is wrapped so that its result stays on the
     task for the COMPLETE event (the provider calls the facet methods in a fork of the task process,
-    after ``execute()``, so the result needs no XCom round trip).
+    after ``execute()``, so the result needs no XCom round trip). Each method reports from the task the
+    runner executed (:func:`_executed`: on Airflow 3.1 not the one it is called on).
     """
 
     table_lineage: ClassVar[TableLineage] = TableLineage(None)
@@ -188,6 +189,19 @@ class OpenLineageMixin:
     @_safely
     def get_openlineage_facets_on_start(self) -> OperatorLineage[Any, Any] | None:
         """The table at its current snapshot as the input (and, for a committing task, the output)."""
+        return _executed(self, None)._lineage_on_start()
+
+    @_safely
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage[Any, Any] | None:
+        """The table before (the snapshot read) and after (the snapshot committed), with statistics."""
+        return _executed(self, task_instance)._lineage_on_complete()
+
+    @_safely
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage[Any, Any] | None:
+        """A failed task read the table; what it committed, if anything, its retry reports."""
+        return _executed(self, task_instance)._lineage_on_failure()
+
+    def _lineage_on_start(self) -> OperatorLineage[Any, Any] | None:
         name = self._lineage_table_name(None)
         if not name:
             return None
@@ -200,9 +214,9 @@ class OpenLineageMixin:
             run_facets={FACET_NAME: _run_facet(self, name, None, before=head, committed=[])},
         )
 
-    @_safely
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage[Any, Any] | None:
-        """The table before (the snapshot read) and after (the snapshot committed), with statistics."""
+    def _lineage_on_complete(self) -> OperatorLineage[Any, Any] | None:
+        """Without the result of ``execute()`` no snapshot is known for sure: no version is reported
+        rather than the head, which after a commit is not the snapshot read."""
         result = self._lineage_result
         name = self._lineage_table_name(result)
         if not name:
@@ -210,12 +224,20 @@ class OpenLineageMixin:
         table = _hook(self).load_table(name)
         branch = self._lineage_branch(result)
         committed = _committed_snapshot_ids(result) if self.table_lineage.output == "commit" else []
-        before = _snapshot_before(table, result, committed, branch)
+        before = _snapshot_before(table, result, committed, branch) if result is not None else None
         return _operator_lineage(
             inputs=[_dataset(self, table, name, before)],
             outputs=self._lineage_outputs(table, name, result, committed, branch),
             run_facets={FACET_NAME: _run_facet(self, name, result, before=before, committed=committed)},
         )
+
+    def _lineage_on_failure(self) -> OperatorLineage[Any, Any] | None:
+        name = self._lineage_table_name(None)
+        if not name:
+            return None
+        table = _hook(self).load_table(name)
+        head = _head_snapshot_id(table, self._lineage_branch(None))
+        return _operator_lineage(inputs=[_dataset(self, table, name, head)], outputs=[], run_facets={})
 
     def _lineage_outputs(
         self, table: Table, name: str, result: Any, committed: list[int], branch: str
@@ -224,21 +246,13 @@ class OpenLineageMixin:
         clean-up; nothing when the task only reads or ran dry."""
         if not self.table_lineage.output or (isinstance(result, Mapping) and result.get("dry_run") is True):
             return []
+        if result is None:  # what the task did is not known: the table, at no version
+            return [_dataset(self, table, name, None, output=True)]
         if self.table_lineage.output == "commit":
             after = committed[-1] if committed else _head_snapshot_id(table, branch)
             stats = snapshot_statistics(table, committed)
             return [_dataset(self, table, name, after, output=True, statistics=stats)]
         return [_dataset(self, table, name, _head_snapshot_id(table, branch), output=True)]
-
-    @_safely
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage[Any, Any] | None:
-        """A failed task read the table; what it committed, if anything, its retry reports."""
-        name = self._lineage_table_name(None)
-        if not name:
-            return None
-        table = _hook(self).load_table(name)
-        head = _head_snapshot_id(table, self._lineage_branch(None))
-        return _operator_lineage(inputs=[_dataset(self, table, name, head)], outputs=[], run_facets={})
 
     def _lineage_table_name(self, result: Any) -> str | None:
         """The table: the task's ``table``, else its result's, else its input document's."""
@@ -271,6 +285,33 @@ class OpenLineageMixin:
             planned = doc.get("operation") or getattr(self, "operation", None)
             operation = optional_text(planned) or operation
         return operation
+
+
+def _executed(operator: OpenLineageMixin, task_instance: Any) -> OpenLineageMixin:
+    """The copy of ``operator`` that the task runner rendered and executed (``ti.task``), else ``operator``.
+
+    Airflow 3.1's task runner renders and executes a copy of the task (``prepare_for_execution()``), but
+    its context, from which the OpenLineage listener takes the task whose methods it calls, still holds the
+    task from before the copy: templates unrendered, no ``execute()`` result. (From 3.2 the runner puts
+    the copy in the context, and this is ``operator`` itself.) The task instance is the COMPLETE and FAIL
+    methods' argument; START has none, but runs within the task's current context.
+    """
+    if task_instance is None:
+        task_instance = _current_task_instance()
+    task = getattr(task_instance, "task", None)
+    if task is not operator and type(task) is type(operator) and task.task_id == operator.task_id:  # type: ignore[attr-defined]
+        return task
+    return operator
+
+
+def _current_task_instance() -> Any:
+    """The running task's instance, or ``None`` outside a running task (the methods called directly)."""
+    from airflow.sdk import get_current_context
+
+    try:
+        return get_current_context().get("ti")
+    except RuntimeError:  # no task is running
+        return None
 
 
 def _hook(operator: Any) -> IcebergExecHook:

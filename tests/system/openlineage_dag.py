@@ -5,7 +5,8 @@ environment (``AIRFLOW__OPENLINEAGE__TRANSPORT``): the provider reads its config
 so the test's own process, where it is off, cannot host the run.
 
 ``python -m tests.system.openlineage_dag <results.json>``: compacts ``demo.events`` in one task, then
-deletes the rows of ``user_id < 50000`` by copy-on-write through plan, mapped rewrite and commit.
+deletes the rows of ``user_id < 50000`` by copy-on-write through plan, mapped rewrite and commit (the
+table and the filter given as templates of the DAG's params).
 """
 
 from __future__ import annotations
@@ -30,18 +31,29 @@ def _build_dag() -> Any:
     from airflow_provider_iceberg_exec.operators.compaction import CompactionOperator
     from airflow_provider_iceberg_exec.operators.cow import CowPlanOperator, CowRewriteOperator
 
-    with DAG(dag_id=DAG_ID, schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    # The table and the filter are templates: the facet methods must see them rendered, as execute() does.
+    params = {"table": TABLE, "where": DELETE_WHERE}
+    with DAG(
+        dag_id=DAG_ID, schedule=None, start_date=datetime(2026, 1, 1), catchup=False, params=params
+    ) as dag:
         compact = CompactionOperator(
-            task_id="compact", table=TABLE, options={"min-input-files": "2"}, memory_limit="128MiB"
+            task_id="compact",
+            table="{{ params.table }}",
+            options={"min-input-files": "2"},
+            memory_limit="128MiB",
         )
-        plan = CowPlanOperator(task_id="plan", table=TABLE, operation="delete", where=DELETE_WHERE)
+        plan = CowPlanOperator(
+            task_id="plan", table="{{ params.table }}", operation="delete", where="{{ params.where }}"
+        )
         rewrite = CowRewriteOperator.partial(
             task_id="rewrite",
             memory_limit="128MiB",
             pool=settings.default_pool(),
             pool_slots=settings.default_pool_slots(),
         ).expand(task_spec=plan.output)
-        commit = CommitOperator(task_id="commit", results=rewrite.output, planned=plan.output, table=TABLE)
+        commit = CommitOperator(
+            task_id="commit", results=rewrite.output, planned=plan.output, table="{{ params.table }}"
+        )
         compact >> plan >> rewrite >> commit
     return dag
 

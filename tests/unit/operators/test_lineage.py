@@ -12,6 +12,7 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from airflow.sdk import BaseOperator
@@ -94,6 +95,53 @@ def test_execute_keeps_its_result_for_the_complete_event(sqlite_table, monkeypat
     (dataset,) = lineage.inputs
     assert dataset.facets["version"].datasetVersion == str(planned_on)
     assert lineage.outputs == []
+
+
+def test_the_methods_report_what_the_executed_copy_of_the_task_rendered_and_returned(
+    sqlite_table, monkeypatch
+):
+    """Airflow 3.1's task runner renders and executes a copy of the task (``ti.task``), but its listener
+    calls the methods on the task from before the copy (templates unrendered, no result): they report
+    from the copy, the START one found through the running task's context."""
+    from airflow.sdk.execution_time.context import set_current_context
+
+    planned_on = sqlite_table.current_snapshot().parent_snapshot_id
+    assert planned_on is not None
+    plan = {**plan_of([]), "base_snapshot_id": planned_on}
+    monkeypatch.setattr(f"{ENGINE_COMPACTION}.plan_compaction", lambda table, **kw: plan)
+    tasks = [{"schema": "iceberg-exec/rewrite-task@1", "table": TABLE, "base_snapshot_id": planned_on}]
+    monkeypatch.setattr(f"{COMPACTION}.stage_task_specs", lambda *a, **k: tasks)
+    operator = CompactionPlanOperator(task_id="plan", table="{{ params.table }}")
+    executed = operator.prepare_for_execution()
+    executed.render_template_fields({"params": {"table": TABLE}})
+    task_instance = SimpleNamespace(task=executed)  # what the methods use of Airflow's task instance
+    with set_current_context({"ti": task_instance}):
+        start = operator.get_openlineage_facets_on_start()
+    assert executed.execute(context={}) == tasks
+    complete = operator.get_openlineage_facets_on_complete(task_instance)
+    failure = operator.get_openlineage_facets_on_failure(task_instance)
+    assert (operator.table, operator._lineage_result) == ("{{ params.table }}", None)  # the copy's, not its
+    head = str(sqlite_table.current_snapshot().snapshot_id)
+    for lineage, version in ((start, head), (complete, str(planned_on)), (failure, head)):
+        assert lineage is not None
+        (dataset,) = lineage.inputs
+        assert dataset.name == sqlite_table.location().removeprefix("file://")
+        assert dataset.facets["version"].datasetVersion == version
+    assert operator.get_openlineage_facets_on_start() is None  # alone, it has no table it can load
+
+
+def test_without_the_tasks_result_the_complete_event_names_no_version(sqlite_table):
+    """A commit's COMPLETE without the result of its execute(): the head is not the snapshot it read and
+    may not be the one it committed, so no version rather than a wrong one; no statistics either."""
+    operator = CommitOperator(task_id="commit", results=[], table=TABLE)
+    lineage = operator.get_openlineage_facets_on_complete(None)
+    assert lineage is not None
+    (before,), (after,) = lineage.inputs, lineage.outputs
+    assert "version" not in before.facets
+    assert "version" not in after.facets
+    assert after.outputFacets == {}
+    facet = lineage.run_facets["icebergExec"]
+    assert (facet.snapshotIdBefore, facet.committedSnapshotIds) == (None, [])
 
 
 def test_a_commit_reports_before_and_after_and_what_its_snapshots_added(sqlite_table):
