@@ -1,4 +1,5 @@
-"""Every example DAG parses fast and without PyArrow, DataFusion, PyIceberg or the engine."""
+"""Every example DAG parses without PyArrow, DataFusion, PyIceberg or the engine: the imports that make
+parsing slow. (No time is asserted: a timing in a test says more about the load than the code.)"""
 
 from __future__ import annotations
 
@@ -12,20 +13,18 @@ import pytest
 DAGS = sorted((Path(__file__).resolve().parents[2] / "dags_examples").glob("example_*.py"))
 
 # Parse the files one after another in a fresh interpreter, the way the DAG processor does (Airflow
-# already imported); report each file's parse time, the heavy modules loaded so far, and its tasks.
+# already imported); report the heavy modules loaded so far by each file, and its tasks.
 _PROBE = """
-import importlib.util, json, sys, time
+import importlib.util, json, sys
 import airflow.sdk
 for number, path in enumerate(sys.argv[1:]):
-    start = time.perf_counter()
     spec = importlib.util.spec_from_file_location(f"probe_dag_{number}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    elapsed = time.perf_counter() - start
     heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyarrow", "datafusion", "pyiceberg")
                    or m.startswith("airflow_provider_iceberg_exec.engine"))
     tasks = sorted(module.dag.task_dict)
-    print(json.dumps({"path": path, "elapsed": elapsed, "heavy": heavy, "tasks": tasks}))
+    print(json.dumps({"path": path, "heavy": heavy, "tasks": tasks}))
 """
 
 
@@ -62,10 +61,9 @@ def test_the_resolution_example_is_the_mapped_plan_rewrite_commit(parse_reports)
 
 
 @pytest.mark.parametrize("path", DAGS, ids=lambda p: p.stem)
-def test_example_dag_parses_in_under_a_second_without_heavy_imports(path, parse_reports):
+def test_example_dag_parses_without_heavy_imports(path, parse_reports):
     report = parse_reports[path.name]
     assert report["heavy"] == [], f"{path.name} imports {report['heavy']} at parse time"
-    assert report["elapsed"] < 1.0, f"{path.name} took {report['elapsed']:.2f}s to parse"
     if path.name in COMPACTION_DAGS:
         assert {"compaction.plan", "compaction.rewrite", "compaction.commit"} <= set(report["tasks"])
 
