@@ -52,7 +52,7 @@ class IcebergRewriteManifestsOperator(OpenLineageMixin, BaseOperator):
 
     The commit id derives from the DAG, run and task, so a retry after a commit that landed reports it and
     succeeds; the table's asset is emitted through the ``iceberg-exec-commits`` asset alias when a snapshot
-    lands; bad input (an unknown spec id or partition field, a v3 table) fails the task without retry,
+    lands; bad input (an unknown spec id or partition field, a format version above 3) fails the task without retry,
     with a one-line reason, and leaves the table unchanged.
 
     :param table: the table, ``"namespace.table"`` (templated).

@@ -193,14 +193,19 @@ def test_copy_on_write_delete_commits_through_the_rest_server(
         assert t.spark_lineage()[20] == (lineage[20][0], head.sequence_number)
 
 
+@VERSIONS
 @pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
-def test_an_upsert_commits_through_the_rest_server(rest_table: Any, tmp_path: Path, mode: str) -> None:
-    """Format version 2 (MERGE refuses v3 until it writes deletion vectors): in merge-on-read mode the
-    snapshot the server applies adds a delete manifest of position deletes."""
+def test_an_upsert_commits_through_the_rest_server(
+    rest_table: Any, tmp_path: Path, mode: str, version: int
+) -> None:
+    """In merge-on-read mode the snapshot the server applies adds a delete manifest: position deletes on
+    v2, one deletion vector on v3. On v3 the updated row keeps its id and reads our commit's sequence
+    number; the inserted row gets an id above every earlier one."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    t = rest_table(2)
+    t = rest_table(version)
+    lineage = t.spark_lineage() if version == 3 else None
     source = [(12, "upserted"), (500, "inserted")]
     path = tmp_path / "source.parquet"
     pq.write_table(pa.table({"id": [i for i, _ in source], "v": [v for _, v in source]}), path)
@@ -211,8 +216,20 @@ def test_an_upsert_commits_through_the_rest_server(rest_table: Any, tmp_path: Pa
     assert (result["rows_updated"], result["rows_inserted"]) == (1, 1)
     t.model = (t.model - {(12, "b1")}) | set(source)
     assert t.spark_rows() == t.model
-    delete_files = t.table().inspect.delete_files().num_rows
+    head = t.table().current_snapshot()
+    assert head is not None
+    assert head.summary is not None
+    delete_files = int(head.summary.get("total-delete-files", "0"))
     assert delete_files == (1 if mode == "merge-on-read" else 0)
+    _assert_row_ids_assigned(t.metadata(), version)
+    if lineage is not None:
+        assert head.summary.get("added-dvs") == ("1" if mode == "merge-on-read" else None)
+        after = t.spark_lineage()
+        assert after[12] == (lineage[12][0], head.sequence_number)
+        assert after[500][0] > max(row_id for row_id, _ in lineage.values())
+        assert {i: v for i, v in after.items() if i not in (12, 500)} == {
+            i: v for i, v in lineage.items() if i != 12
+        }
 
 
 @VERSIONS

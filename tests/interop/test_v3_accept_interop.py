@@ -51,8 +51,8 @@ UNPARTITIONED = "unpartitioned"
 PARTITIONED = "partitioned"
 # A global equality delete the unpartitioned base gets last (Java API): resolve-deletes has work there.
 EQUALITY_DELETED = (7, 22)
-# A compaction filter whose data files share a Puffin file with files it leaves alone (Spark's DELETE
-# wrote one Puffin per task; checked where it matters): the DV identity is never the path alone.
+# A compaction filter whose data files share a Puffin file with files it leaves alone (the UPDATE's, see
+# _build; checked where it matters): the DV identity is never the path alone.
 SPLITS_A_PUFFIN = "id < 45"
 
 
@@ -80,9 +80,16 @@ def _build(spark: SparkSession, name: str, layout: str) -> Base:
             f"""INSERT INTO {t} SELECT CAST(id AS INT), IF(id % 2 = 0, 'a', 'b'), concat('v', id)
             FROM range({lo}, {lo + 30}, 1, 2)"""
         )
-    spark.sql(f"DELETE FROM {t} WHERE id % 10 = 3")
-    spark.sql(f"UPDATE {t} SET v = concat('updated-', id) WHERE id % 10 = 5")
-    spark.sql(f"DELETE FROM {t} WHERE id IN (0, 1, 4, 16)")  # merged into the files' DVs
+    # One shuffle partition: each statement writes its DVs from one task, so into one Puffin file (the
+    # UPDATE's holds a DV of every inserted file), whatever the hash of the data file paths.
+    shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")
+    try:
+        spark.sql(f"DELETE FROM {t} WHERE id % 10 = 3")
+        spark.sql(f"UPDATE {t} SET v = concat('updated-', id) WHERE id % 10 = 5")
+        spark.sql(f"DELETE FROM {t} WHERE id IN (0, 1, 4, 16)")  # merged into the files' DVs
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle_partitions)
     if layout == UNPARTITIONED:
         rows = [(i,) for i in EQUALITY_DELETED]
         commit_deletes(spark, name, [write_equality_deletes(spark, name, ["id"], rows)])
