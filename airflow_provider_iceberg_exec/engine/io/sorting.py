@@ -17,7 +17,7 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.session import build_session
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged
-from airflow_provider_iceberg_exec.engine.io.zorder import ZOrder, zorder_width, zorder_words
+from airflow_provider_iceberg_exec.engine.io.zorder import ZOrder, zorder_values, zorder_width
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -224,10 +224,8 @@ def sort_for_output(
         order.append((f"{_HIDDEN_PREFIX}p{i}", True, True))
     for j, key in enumerate(keys):
         if isinstance(key, ZOrder):
-            width = zorder_width(key, schema)
-            names = [f"{_HIDDEN_PREFIX}z{j}_{w}" for w in range(-(-width // 8))]
-            computed.append((names, _zordered(key, width)))
-            order.extend((name, True, True) for name in names)
+            computed.append(([f"{_HIDDEN_PREFIX}z{j}"], _zordered(key, zorder_width(key, schema))))
+            order.append((f"{_HIDDEN_PREFIX}z{j}", True, True))
             continue
         source = schema.find_field(key.source_id)
         if key.transform == "identity" and key.column in top_level and "." not in key.column:
@@ -290,11 +288,11 @@ def _sort_limits(limits: ResourceLimits, staged_bytes: int, staged_rows: int) ->
 
 
 def _zordered(key: ZOrder, width: int) -> Any:
-    """The z-values of a batch as their words (:func:`.zorder.zorder_words`), one hidden column each."""
+    """The z-values of a batch (:func:`.zorder.zorder_values`), one hidden binary column."""
     from airflow_provider_iceberg_exec.engine.io.write import column_of  # write imports this module
 
     def compute(batch: pa.RecordBatch) -> list[pa.Array]:
-        return zorder_words([column_of(batch, column) for column in key.columns], key, width)
+        return [zorder_values([column_of(batch, column) for column in key.columns], key, width)]
 
     return compute
 

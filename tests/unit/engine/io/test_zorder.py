@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
-from airflow_provider_iceberg_exec.engine.io.zorder import ZOrder, zorder_width, zorder_words
+from airflow_provider_iceberg_exec.engine.io.zorder import ZOrder, zorder_values, zorder_width
 
 
 def _whole(value: int | None) -> bytes:
@@ -82,9 +82,9 @@ def _ours(rows: list[tuple[Any, ...]], kinds: list[str], length: int, max_size: 
     schema = Schema(*(NestedField(i + 1, f"c{i}", iceberg[k], required=False) for i, k in enumerate(kinds)))
     key = ZOrder(tuple(f"c{i}" for i in range(len(kinds))), tuple(range(1, len(kinds) + 1)), length, max_size)
     width = zorder_width(key, schema)
-    words = [w.to_pylist() for w in zorder_words(columns, key, width)]
-    # The words in turn, big-endian, are the z-value with zero padding after its last byte.
-    return [b"".join(int(w[row]).to_bytes(8, "big") for w in words)[:width] for row in range(len(rows))]
+    values = zorder_values(columns, key, width)
+    assert values.type == pa.binary(width)
+    return values.to_pylist()
 
 
 _longs = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))
@@ -119,6 +119,32 @@ def test_values_are_javas_for_any_column_count(
     """One to ten columns: equal byte widths up to 8 columns take the table-lookup interleaving."""
     rows = data.draw(st.lists(st.tuples(*(_VALUES[kind] for kind in kinds)), min_size=1, max_size=20))
     assert _ours(rows, kinds, length, max_size) == _reference(rows, kinds, length, max_size)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    kinds=st.lists(st.sampled_from(sorted(_VALUES)), min_size=1, max_size=2),
+    max_size=st.integers(1, 20),
+)
+def test_values_of_one_or_two_eight_byte_columns_are_javas(
+    data: st.DataObject, kinds: list[str], max_size: int
+) -> None:
+    """One or two columns of 8 bytes each take the interleaving on 64-bit words."""
+    rows = data.draw(st.lists(st.tuples(*(_VALUES[kind] for kind in kinds)), min_size=1, max_size=20))
+    assert _ours(rows, kinds, 8, max_size) == _reference(rows, kinds, 8, max_size)
+
+
+def test_values_are_javas_across_the_slices_of_a_large_batch() -> None:
+    """The words are interleaved a slice of rows at a time: rows on both sides of a slice's end."""
+    import random
+
+    rng = random.Random(16)
+    rows = [(rng.randint(-(2**63), 2**63 - 1), rng.uniform(-1e300, 1e300)) for _ in range(70_000)]
+    rows[40_000] = (None, None)
+    ours = _ours(rows, ["long", "double"], 8, 16)
+    picked = [*range(32_760, 32_780), *range(65_530, 65_540), 40_000, 69_999]
+    assert [ours[i] for i in picked] == _reference([rows[i] for i in picked], ["long", "double"], 8, 16)
 
 
 def test_a_multibyte_character_is_not_split() -> None:
