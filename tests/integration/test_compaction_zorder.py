@@ -20,9 +20,17 @@ from tests.helpers import live_checksum
 from tests.unit.engine.io.test_zorder import _reference
 
 
-@pytest.mark.parametrize("contribution", [3, 8])  # unequal widths (11 bytes), equal widths (16 bytes)
+@pytest.mark.parametrize(
+    ("columns", "contribution"),
+    [
+        (("x", "tag"), 3),  # unequal widths: 11 bytes, a decimal128 sort column
+        (("x", "tag"), 8),  # equal widths: 16 bytes, interleaved as 64-bit words
+        (("x", "y", "tag"), 8),  # 24 bytes: a decimal256 sort column
+        (("x", "y", "tag"), 20),  # 36 bytes: a binary sort column
+    ],
+)
 def test_zorder_compaction_orders_rows_by_interleaved_bits(
-    catalog: Catalog, tmp_path: Path, contribution: int
+    catalog: Catalog, tmp_path: Path, columns: tuple[str, ...], contribution: int
 ) -> None:
     schema = Schema(
         NestedField(1, "x", LongType(), required=False),
@@ -48,7 +56,7 @@ def test_zorder_compaction_orders_rows_by_interleaved_bits(
     result = compact(
         table,
         strategy="sort",
-        sort_order="zorder(x, tag)",
+        sort_order=f"zorder({', '.join(columns)})",
         options={"rewrite-all": "true", "var-length-contribution": str(contribution)},
         limits=limits,
     )
@@ -59,5 +67,6 @@ def test_zorder_compaction_orders_rows_by_interleaved_bits(
     assert {f.sort_order_id for f in files} == {0}
     for data_file in files:
         rows = pq.read_table(data_file.file_path.removeprefix("file://")).to_pylist()
-        values = _reference([(r["x"], r["tag"]) for r in rows], ["long", "string"], contribution, 2**31 - 1)
+        kinds = [{"x": "long", "y": "double", "tag": "string"}[c] for c in columns]
+        values = _reference([tuple(r[c] for c in columns) for r in rows], kinds, contribution, 2**31 - 1)
         assert values == sorted(values)

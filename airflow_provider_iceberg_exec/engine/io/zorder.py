@@ -126,14 +126,36 @@ def zorder_width(key: ZOrder, schema: Schema) -> int:
     return min(sum(widths), key.max_output_size)
 
 
-def zorder_values(batch_columns: list[pa.Array], key: ZOrder, width: int) -> pa.FixedSizeBinaryArray:
-    """The z-values, one ``width``-byte binary a row (every z-value of a key has the same length): one
-    sort column that DataFusion compares as bytes, rather than a comparator over several columns."""
+def zorder_values(batch_columns: list[pa.Array], key: ZOrder, width: int) -> pa.Array:
+    """The z-values, one sort column that orders rows as their ``width`` bytes compare.
+
+    Every z-value of a key has the same length, so zero padding after its last byte keeps the order:
+    up to 16 bytes are one ``decimal128`` (up to 32 one ``decimal256``) whose two's-complement integer is
+    the bytes with the top bit flipped. Its value may exceed the declared precision, which nothing checks
+    on the way through the staged Parquet, the sort and its spills, and the column is dropped before
+    writing. DataFusion sorts and merges one primitive column with a plain comparison; a binary key goes
+    through its row format (measured 1.4x the sort's CPU for 4M rows). Longer z-values stay binary.
+    """
+    import numpy as np
     import pyarrow as pa
 
     packed = _packed(batch_columns, key)
     assert packed.shape[1] == width, (packed.shape, width)
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(packed), [None, pa.py_buffer(packed)])
+    rows = len(packed)
+    if width > _DECIMAL256_BYTES:
+        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows, [None, pa.py_buffer(packed)])
+    limbs = 2 if width <= _DECIMAL128_BYTES else 4
+    padded = np.zeros((rows, limbs * 8), dtype=np.uint8)
+    padded[:, :width] = packed
+    # Little-endian limbs, the most significant last, its top bit flipped: unsigned order as signed.
+    integers = padded.view(">u8").astype(np.uint64)[:, ::-1].copy()
+    integers[:, -1] ^= np.uint64(1 << 63)
+    kind = pa.decimal128(38, 0) if limbs == 2 else pa.decimal256(76, 0)
+    return pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(integers)])
+
+
+_DECIMAL128_BYTES = 16
+_DECIMAL256_BYTES = 32
 
 
 def _packed(batch_columns: list[pa.Array], key: ZOrder) -> npt.NDArray[np.uint8]:
@@ -292,7 +314,7 @@ def _ordered_word(column: pa.Array) -> npt.NDArray[np.uint64]:
         return np.where(flags, np.uint64(0x81 << 56), np.uint64(0))
     if pa.types.is_floating(kind):
         bits = column.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False).view(np.int64)
-        word = (bits ^ ((bits >> 63) | np.int64(-(2**63)))).view(np.uint64)
+        word: npt.NDArray[np.uint64] = (bits ^ ((bits >> 63) | np.int64(-(2**63)))).view(np.uint64)
     else:
         as_int = column.view(pa.int64()) if pa.types.is_timestamp(kind) else column.cast(pa.int64())
         values = as_int.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
