@@ -7,7 +7,8 @@ true) in 8, strings their UTF-8 and binaries their bytes, truncated or zero-padd
 ``var-length-contribution`` bytes (8 by default; a string is cut at a character boundary, as Java's
 encoder stops), nulls all zeros. The bits are then interleaved, the first bit of each column in turn,
 then the second, a column that has no bits left skipped, into at most ``max-output-size`` bytes. Rows
-are sorted by that binary; the files written are stamped unsorted, as Spark's.
+are sorted by those bytes (as one decimal column, see :func:`zorder_values`); the files written are
+stamped unsorted, as Spark's.
 
 Two differences, both deliberate: a timestamp contributes its microseconds (Spark casts it to whole
 seconds, so rows within a second tie), and a date its days (Spark's cast of a date to a long is null, so
@@ -382,3 +383,50 @@ def _drop_cut_character(out: npt.NDArray[np.uint8], sizes: npt.NDArray[np.int64]
         cut = cut[~is_lead]  # rows whose lead byte is further back
         if not len(cut):
             break
+
+
+def zorder_restorable(key: ZOrder, schema: Schema) -> bool:
+    """Whether the key's z-values hold its columns' values whole: one or two top-level longs or
+    timestamps, interleaved in full. A sort then stages the z-value in place of the columns and gets them
+    back from it (:func:`zorder_columns`), carrying no more bytes a row than a sort on the columns."""
+    from pyiceberg.types import LongType, TimestampType, TimestamptzType
+
+    types = [schema.find_field(source_id).field_type for source_id in key.source_ids]
+    return (
+        len(types) <= _MAX_WORD_COLUMNS
+        and all(isinstance(t, (LongType, TimestampType, TimestamptzType)) for t in types)
+        and key.max_output_size >= _PRIMITIVE_BYTES * len(types)
+        and all("." not in column for column in key.columns)
+    )
+
+
+def zorder_columns(values: pa.Array, count: int) -> list[npt.NDArray[np.int64]]:
+    """The ``count`` 64-bit whole numbers back from :func:`zorder_values` of a restorable key (a null
+    comes back as the minimum, 0 as ordered bytes: the caller masks it)."""
+    import numpy as np
+
+    limbs = np.frombuffer(
+        values.buffers()[1], dtype=np.uint64, count=2 * len(values), offset=values.offset * 16
+    ).reshape(-1, 2)
+    high = limbs[:, 1] ^ np.uint64(1 << 63)
+    if count == 1:
+        words = [high]
+    else:
+        low, top = limbs[:, 0], np.uint64(32)
+        first = (_compact(high >> np.uint64(1)) << top) | _compact(low >> np.uint64(1))
+        words = [first, (_compact(high) << top) | _compact(low)]
+    return [(word ^ np.uint64(1 << 63)).view(np.int64) for word in words]
+
+
+def _compact(spread: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """The even bits of ``spread`` gathered into the low 32 bits of a new array (:func:`_spread` undone)."""
+    import numpy as np
+
+    out = spread & np.uint64(_SPREAD_STEPS[-1][1])
+    masks = [mask for _shift, mask in _SPREAD_STEPS[-2::-1]] + [0x00000000FFFFFFFF]
+    shifted = np.empty_like(out)
+    for (shift, _mask), mask in zip(_SPREAD_STEPS[::-1], masks, strict=True):
+        np.right_shift(out, np.uint64(shift), out=shifted)
+        np.bitwise_or(out, shifted, out=out)
+        np.bitwise_and(out, np.uint64(mask), out=out)
+    return out
