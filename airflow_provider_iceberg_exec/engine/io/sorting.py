@@ -212,7 +212,8 @@ def sort_for_output(
     """Sort rows by the output partition, then by ``keys``, in DataFusion under the memory limit.
 
     The rows are first staged into one local Parquet file, so DataFusion reads a single streaming source
-    instead of polling every input file at once; transformed keys become hidden columns.
+    instead of polling every input file at once; transformed keys become hidden columns, and a z-order of
+    longs or timestamps replaces its columns with their z-value (they come back from it after the sort).
     """
     import pyarrow as pa
     from datafusion import col
