@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
+from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
 from airflow_provider_iceberg_exec.engine.io.session import build_session
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged
 from airflow_provider_iceberg_exec.engine.io.zorder import (
@@ -220,6 +220,7 @@ def sort_for_output(
 
     order, computed, restored = _sort_columns(keys, spec, schema)
     dropped = {column for r in restored for column in r.columns}
+    check = _RestoreCheck(dropped)
     # Beside the run's spill directory, not in it: the execution stats count that directory as spilled
     # bytes, and a sort that fits in memory spills nothing.
     stage_path = f"{spill_dir}.stage"
@@ -231,6 +232,8 @@ def sort_for_output(
         for batch in batches:
             if not names:
                 names, types = batch.schema.names, {f.name: f.type for f in batch.schema}
+            for column in dropped:
+                check.staged[column].add(batch.column(column))
             staged = pa.RecordBatch.from_arrays(
                 [
                     *(batch.column(name) for name in names if name not in dropped),
@@ -259,9 +262,49 @@ def sort_for_output(
         frame = ctx.table("staged").sort(
             *(col(name).sort(ascending=asc, nulls_first=nulls_first) for name, asc, nulls_first in order)
         )
-        yield from _sorted_rows(frame, names, types, restored)
+        for sorted_batch in _sorted_rows(frame, names, types, restored):
+            for column in dropped:
+                check.restored[column].add(sorted_batch.column(column))
+            yield sorted_batch
+        check.verify()
     finally:
         stage.remove()
+
+
+class _Digest:
+    """An order-independent digest of int64-like arrays: count, wrapping sum and xor of the values."""
+
+    def __init__(self) -> None:
+        self.count = self.total = self.xor = 0
+
+    def add(self, array: pa.Array) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        values = array.drop_null().view(pa.int64()).to_numpy().view(np.uint64)
+        self.count += len(values)
+        self.total = (self.total + int(values.sum(dtype=np.uint64))) % (1 << 64)
+        self.xor ^= int(np.bitwise_xor.reduce(values)) if len(values) else 0
+
+    def key(self) -> tuple[int, int, int]:
+        return self.count, self.total, self.xor
+
+
+class _RestoreCheck:
+    """The z-order columns staged only as their z-values are the table's data: each one's digest taken
+    before staging and after the restore must agree, or the task fails (nothing is committed) instead
+    of writing values that changed on the way through staging, sort and spill."""
+
+    def __init__(self, columns: set[str]) -> None:
+        self.staged = {column: _Digest() for column in columns}
+        self.restored = {column: _Digest() for column in columns}
+
+    def verify(self) -> None:
+        if bad := sorted(c for c, digest in self.staged.items() if digest.key() != self.restored[c].key()):
+            raise IcebergExecError(
+                f"z-order columns {bad} did not come back from their z-values intact (an engine bug); "
+                "nothing was committed"
+            )
 
 
 @dataclass(frozen=True)

@@ -150,3 +150,24 @@ def test_no_rows_yield_nothing(tmp_path) -> None:
         )
         == []
     )
+
+
+def test_a_z_order_of_longs_comes_back_whole_and_nulls_stay_null(tmp_path) -> None:
+    out = _sorted(parse_sort_order("zorder(id)", SCHEMA), UNPARTITIONED_PARTITION_SPEC, tmp_path)
+    assert out.column_names == ["id", "day", "name", "info"]
+    assert sorted(out.to_pylist(), key=lambda r: r["name"]) == pa.Table.from_batches([_rows()]).to_pylist()
+
+
+def test_z_order_values_changed_on_the_way_fail_instead_of_being_written(tmp_path, monkeypatch) -> None:
+    """The columns a z-order stages only as its z-value are restored from it: if that ever gave back other
+    values (a bug anywhere between staging and the restore), the sort fails rather than write them."""
+    import airflow_provider_iceberg_exec.engine.io.sorting as sorting
+
+    restore = sorting.zorder_columns
+
+    def off_by_one(values, count):
+        return [numbers + 1 for numbers in restore(values, count)]
+
+    monkeypatch.setattr(sorting, "zorder_columns", off_by_one)
+    with pytest.raises(sorting.IcebergExecError, match=r"z-order columns \['id'\] did not come back"):
+        _sorted(parse_sort_order("zorder(id)", SCHEMA), UNPARTITIONED_PARTITION_SPEC, tmp_path)
