@@ -32,6 +32,7 @@ __all__ = [
     "payload_name",
     "payload_threshold",
     "pool_arguments",
+    "scope_arguments",
     "table_asset",
     "table_asset_uri",
     "task_commit_id",
@@ -194,6 +195,18 @@ def optional_text(value: Any) -> str | None:
         return None
     text = str(value).strip()
     return None if text in ("", "None", "null") else text
+
+
+def scope_arguments(operator: Any) -> dict[str, Any]:
+    """The engine's ``where``, ``options`` and ``branch`` from an operator's rendered fields.
+
+    A blank ``where`` is every row, a blank ``branch`` is ``main``; ``options`` as :func:`normalize_options`.
+    """
+    return {
+        "where": optional_text(operator.where),
+        "options": normalize_options(operator.options),
+        "branch": optional_text(operator.branch) or "main",
+    }
 
 
 def normalize_options(options: Mapping[str, Any] | str | None) -> dict[str, str]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
-from airflow_provider_iceberg_exec.operators._common import CatalogHookMixin, normalize_options, optional_text
+from airflow_provider_iceberg_exec.operators._common import CatalogHookMixin, scope_arguments
 from airflow_provider_iceberg_exec.operators.compaction import (
     BoundedRewriteOperator,
     CompactionOperator,
@@ -81,9 +81,7 @@ class ConvertEqualityDeletesOperator(CompactionOperator):
 
         return convert_equality_deletes(
             table,
-            where=optional_text(self.where),
-            options=normalize_options(self.options),
-            branch=optional_text(self.branch) or "main",
+            **scope_arguments(self),
             limits=limits,
             commit_id=commit_id,
         )
@@ -137,12 +135,7 @@ class ConvertEqualityDeletesPlanOperator(CatalogHookMixin, OpenLineageMixin, Bas
         """Plan the conversion (engine ``plan_conversion``) and log the tasks planned."""
         from airflow_provider_iceberg_exec.engine.ops.convert import plan_conversion
 
-        plan = plan_conversion(
-            table,
-            where=optional_text(self.where),
-            options=normalize_options(self.options),
-            branch=optional_text(self.branch) or "main",
-        )
+        plan = plan_conversion(table, **scope_arguments(self))
         self.log.info(
             "Planned the conversion of %s equality delete file(s) of %s: %s task(s)",
             plan["equality_delete_files_count"],

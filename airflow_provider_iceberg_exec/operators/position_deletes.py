@@ -38,8 +38,7 @@ from airflow_provider_iceberg_exec.operators._common import (
     PoolDefaultsPartial,
     commit_task_arguments,
     engine_errors,
-    normalize_options,
-    optional_text,
+    scope_arguments,
     task_commit_id,
 )
 from airflow_provider_iceberg_exec.operators.commit import emit_table_asset
@@ -111,12 +110,7 @@ class PositionDeletePlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperato
         """Plan the rewrite (engine ``plan_position_delete_rewrite``) and log the groups planned."""
         from airflow_provider_iceberg_exec.engine.ops.position_deletes import plan_position_delete_rewrite
 
-        plan = plan_position_delete_rewrite(
-            table,
-            where=optional_text(self.where),
-            options=normalize_options(self.options),
-            branch=optional_text(self.branch) or "main",
-        )
+        plan = plan_position_delete_rewrite(table, **scope_arguments(self))
         self.log.info(
             "Planned %s groups over %s position delete files of %s at snapshot %s",
             len(plan["tasks"]),
@@ -245,9 +239,7 @@ class RewritePositionDeletesOperator(CatalogHookMixin, OpenLineageMixin, BaseOpe
             limits = settings.resource_limits(self.memory_limit)
             result = rewrite_position_deletes(
                 self.hook.load_table(self.table),
-                where=optional_text(self.where),
-                options=normalize_options(self.options),
-                branch=optional_text(self.branch) or "main",
+                **scope_arguments(self),
                 limits=limits,
                 commit_id=commit_id,
             )
