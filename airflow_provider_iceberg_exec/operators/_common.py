@@ -1,4 +1,4 @@
-"""Helpers shared by the operators and sensors: error mapping, commit ids, assets, payload names.
+"""Helpers shared by the operators and sensors: error mapping, commit ids, assets, payload names, pools.
 
 The one place where engine exceptions become Airflow exceptions is :func:`engine_errors`.
 """
@@ -8,22 +8,35 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from airflow_provider_iceberg_exec import settings
+from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
+
 if TYPE_CHECKING:
-    from airflow.sdk import Asset
+    from airflow.sdk import Asset, BaseOperator
+
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 
 __all__ = [
     "ASSET_ALIAS",
+    "CatalogHookMixin",
     "commit_id_from_context",
+    "commit_task_arguments",
     "engine_errors",
     "normalize_options",
     "one_line",
     "optional_text",
     "payload_name",
+    "payload_threshold",
+    "pool_arguments",
+    "scope_arguments",
     "table_asset",
     "table_asset_uri",
+    "task_commit_id",
+    "warn_pool_slots",
     "with_asset_alias",
 ]
 
@@ -50,8 +63,6 @@ class PoolDefaultsPartial:
     def __get__(self, obj: Any, cls: type[Any]) -> Any:
         from airflow.sdk import BaseOperator
 
-        from airflow_provider_iceberg_exec import settings
-
         partial = BaseOperator.__dict__["partial"].__get__(obj, cls)
         if obj is not None:
             return partial  # Airflow's refusal of .partial() on a task
@@ -64,6 +75,73 @@ class PoolDefaultsPartial:
             return partial(**kwargs)
 
         return partial_with_pool_defaults
+
+
+class CatalogHookMixin:
+    """An operator's catalog hook, from its ``iceberg_exec_conn_id`` once the templates are rendered."""
+
+    iceberg_exec_conn_id: str
+
+    @cached_property
+    def hook(self) -> IcebergExecHook:
+        """The catalog hook, built after the templates are rendered."""
+        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
+
+
+def pool_arguments(
+    pool: str | None, pool_slots: int | None, *, default_slots: int | None = None
+) -> dict[str, Any]:
+    """``BaseOperator``'s ``pool`` and ``pool_slots`` of a heavy task, ``None`` being the configured default.
+
+    The default slots are ``default_slots`` when given, else derived from ``[iceberg_exec] memory_limit``.
+    """
+    if pool_slots is None:
+        pool_slots = settings.default_pool_slots() if default_slots is None else default_slots
+    return {"pool": pool if pool is not None else settings.default_pool(), "pool_slots": pool_slots}
+
+
+def commit_task_arguments(
+    kwargs: dict[str, Any],
+    *,
+    asset_alias: str | None,
+    pool: str | None,
+    pool_slots: int | None,
+    default_slots: int | None = None,
+) -> dict[str, Any]:
+    """``BaseOperator``'s arguments of a committing task: ``kwargs`` with the asset alias and the pool.
+
+    The alias is added to the task's ``outlets`` (taken out of ``kwargs``), so that the commit's asset
+    event has a place to go.
+    """
+    outlets = with_asset_alias(kwargs.pop("outlets", None), asset_alias)
+    return {"outlets": outlets, **pool_arguments(pool, pool_slots, default_slots=default_slots), **kwargs}
+
+
+def task_commit_id(operator: Any, context: Mapping[str, Any]) -> str:
+    """The operator's ``commit_id`` when rendered to text, else the one derived from ``context``."""
+    return optional_text(operator.commit_id) or commit_id_from_context(
+        context, task_id=operator.task_id, dag_id=operator.dag_id
+    )
+
+
+def payload_threshold(value: int | None) -> int:
+    """An operator's ``payload_file_threshold``: ``[iceberg_exec] payload_file_threshold`` when ``None``."""
+    return settings.payload_file_threshold() if value is None else int(value)
+
+
+def warn_pool_slots(operator: BaseOperator, limits: ResourceLimits) -> None:
+    """Warn when the memory limit would take more pool slots than the task holds."""
+    needed = settings.pool_slots_for(limits.memory_limit_bytes)
+    if needed > operator.pool_slots:
+        operator.log.warning(
+            "Memory limit %s bytes would take %s slots of pool %s but the task holds %s; set pool_slots=%s "
+            "so that the pool bounds the memory of concurrent tasks",
+            limits.memory_limit_bytes,
+            needed,
+            operator.pool,
+            operator.pool_slots,
+            needed,
+        )
 
 
 class TriggerFailedError(Exception):
@@ -117,6 +195,18 @@ def optional_text(value: Any) -> str | None:
         return None
     text = str(value).strip()
     return None if text in ("", "None", "null") else text
+
+
+def scope_arguments(operator: Any) -> dict[str, Any]:
+    """The engine's ``where``, ``options`` and ``branch`` from an operator's rendered fields.
+
+    A blank ``where`` is every row, a blank ``branch`` is ``main``; ``options`` as :func:`normalize_options`.
+    """
+    return {
+        "where": optional_text(operator.where),
+        "options": normalize_options(operator.options),
+        "branch": optional_text(operator.branch) or "main",
+    }
 
 
 def normalize_options(options: Mapping[str, Any] | str | None) -> dict[str, str]:

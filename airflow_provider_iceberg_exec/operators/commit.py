@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
@@ -25,10 +24,11 @@ from airflow_provider_iceberg_exec import compat
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
     ASSET_ALIAS,
-    commit_id_from_context,
+    CatalogHookMixin,
     engine_errors,
     optional_text,
     table_asset_uri,
+    task_commit_id,
     with_asset_alias,
 )
 from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
@@ -115,7 +115,7 @@ def _flatten(results: Any) -> list[Mapping[str, Any]]:
     return out
 
 
-class CommitOperator(OpenLineageMixin, BaseOperator):
+class CommitOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Commit the results of file-producing tasks (e.g. the mapped rewrite) in one snapshot.
 
         Validated against the plan's base snapshot (carried in each result); one snapshot per commit batch
@@ -201,11 +201,6 @@ class CommitOperator(OpenLineageMixin, BaseOperator):
         self.cleanup_staged = cleanup_staged
         self.asset_alias = asset_alias
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(
         self, context: Context
     ) -> CompactionResult | CowCommitResult | ConvertResult | RewritePositionDeletesResult:
@@ -220,8 +215,7 @@ class CommitOperator(OpenLineageMixin, BaseOperator):
             result = commit_results(
                 self.hook.load_table(table_name),
                 docs,
-                commit_id=optional_text(self.commit_id)
-                or commit_id_from_context(context, task_id=self.task_id, dag_id=self.dag_id),
+                commit_id=task_commit_id(self, context),
                 planned=planned,
                 quiet_period=self._quiet_period(),
                 discard_staged=self.cleanup_staged,

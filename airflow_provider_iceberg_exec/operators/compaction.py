@@ -29,8 +29,7 @@ parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from functools import cached_property
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -39,13 +38,17 @@ from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
     ASSET_ALIAS,
+    CatalogHookMixin,
     PoolDefaultsPartial,
-    commit_id_from_context,
+    commit_task_arguments,
     engine_errors,
     normalize_options,
     optional_text,
     payload_name,
-    with_asset_alias,
+    payload_threshold,
+    pool_arguments,
+    task_commit_id,
+    warn_pool_slots,
 )
 from airflow_provider_iceberg_exec.operators._progress import logged_progress
 from airflow_provider_iceberg_exec.operators.commit import emit_table_asset, log_commit_result
@@ -63,7 +66,7 @@ __all__ = ["CompactionOperator", "CompactionPlanOperator", "CompactionRewriteOpe
 _GIB = 1024**3
 
 
-class CompactionPlanOperator(OpenLineageMixin, BaseOperator):
+class CompactionPlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Plan a compaction: select the files to rewrite and group them; return one task spec per group.
 
     The returned list is meant for dynamic task mapping
@@ -101,6 +104,7 @@ class CompactionPlanOperator(OpenLineageMixin, BaseOperator):
         "branch",
         "iceberg_exec_conn_id",
     )
+
     template_fields_renderers = {"options": "json", "where": "sql"}
     ui_color = "#cfe8fc"
 
@@ -129,38 +133,31 @@ class CompactionPlanOperator(OpenLineageMixin, BaseOperator):
         self.payload_file_threshold = payload_file_threshold
         self.only_files_with_equality_deletes = only_files_with_equality_deletes
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
+        return plan_and_stage(self, context, self._plan, part_prefix="group-")
+
+    def _plan(self, table: Table) -> CompactionPlan:
+        """Plan the compaction (engine ``plan_compaction``) and log what it chose."""
         from airflow_provider_iceberg_exec.engine.ops.compaction import plan_compaction
 
-        resolving = bool(self.only_files_with_equality_deletes)
-        with engine_errors():
-            table = self.hook.load_table(self.table)
-            options = normalize_options(self.options)
-            if resolving:
-                options["rewrite-all"] = "true"  # what the engine's resolve_equality_deletes does
-            plan = plan_compaction(
-                table,
-                where=optional_text(self.where),
-                options=options,
-                strategy=optional_text(self.strategy) or "binpack",
-                sort_order=optional_text(self.sort_order),
-                branch=optional_text(self.branch) or "main",
-                only_files_with_equality_deletes=resolving,
-            )
-            _log_plan(self, plan, resolving=resolving)
-            threshold = _threshold(self.payload_file_threshold)
-            return stage_task_specs(
-                self, context, table, plan["tasks"], threshold=threshold, part_prefix="group-"
-            )
+        options = normalize_options(self.options)
+        if self.only_files_with_equality_deletes:
+            options["rewrite-all"] = "true"  # what the engine's resolve_equality_deletes does
+        plan = plan_compaction(
+            table,
+            where=optional_text(self.where),
+            options=options,
+            strategy=optional_text(self.strategy) or "binpack",
+            sort_order=optional_text(self.sort_order),
+            branch=optional_text(self.branch) or "main",
+            only_files_with_equality_deletes=bool(self.only_files_with_equality_deletes),
+        )
+        _log_plan(self, plan, resolving=bool(self.only_files_with_equality_deletes))
+        return plan
 
 
-class BoundedRewriteOperator(OpenLineageMixin, BaseOperator):
+class BoundedRewriteOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Base of the mapped tasks that run one planned task spec in one bounded-memory execution.
 
     Subclasses name the engine call (:meth:`run_task`) and what to log; this class renders the spec,
@@ -186,21 +183,12 @@ class BoundedRewriteOperator(OpenLineageMixin, BaseOperator):
         pool_slots: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            pool=pool if pool is not None else settings.default_pool(),
-            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
-            **kwargs,
-        )
+        super().__init__(**pool_arguments(pool, pool_slots), **kwargs)
         self.task_spec = task_spec
         self.table = table
         self.memory_limit = memory_limit
         self.iceberg_exec_conn_id = iceberg_exec_conn_id
         self.payload_file_threshold = payload_file_threshold
-
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
     def run_task(self, table: Any, spec: Mapping[str, Any], limits: ResourceLimits) -> Mapping[str, Any]:
         """Call the engine on one task spec; return its result document."""
@@ -219,7 +207,7 @@ class BoundedRewriteOperator(OpenLineageMixin, BaseOperator):
         with engine_errors():
             table_name = self._table_name()
             limits = settings.resource_limits(self.memory_limit)
-            _warn_pool_slots(self, limits)
+            warn_pool_slots(self, limits)
             table = self.hook.load_table(table_name)
             spec = resolve_payload(table.io, self.task_spec)
             self.log_start(table_name, spec, limits)
@@ -252,7 +240,11 @@ class BoundedRewriteOperator(OpenLineageMixin, BaseOperator):
             part=f"{self.result_name_prefix}{result[self.result_name_key]}",
         )
         return offload_payload(
-            table.io, table.location(), result, name=name, threshold=_threshold(self.payload_file_threshold)
+            table.io,
+            table.location(),
+            result,
+            name=name,
+            threshold=payload_threshold(self.payload_file_threshold),
         )
 
 
@@ -304,7 +296,7 @@ class CompactionRewriteOperator(BoundedRewriteOperator):
         _log_rewrite(self, result)
 
 
-class CompactionOperator(OpenLineageMixin, BaseOperator):
+class CompactionOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Compact a table in one task: plan, rewrite every group, commit (for small tables).
 
     Same options and result as the three-task form, with the commit's idempotency: its commit id derives
@@ -358,10 +350,7 @@ class CompactionOperator(OpenLineageMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(
-            outlets=with_asset_alias(kwargs.pop("outlets", None), asset_alias),
-            pool=pool if pool is not None else settings.default_pool(),
-            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
-            **kwargs,
+            **commit_task_arguments(kwargs, asset_alias=asset_alias, pool=pool, pool_slots=pool_slots)
         )
         self.table = table
         self.where = where
@@ -374,19 +363,12 @@ class CompactionOperator(OpenLineageMixin, BaseOperator):
         self.commit_id = commit_id
         self.asset_alias = asset_alias
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(self, context: Context) -> CompactionResult:
         """Plan, rewrite and commit; return the compaction result JSON."""
         with engine_errors():
-            commit_id = optional_text(self.commit_id) or commit_id_from_context(
-                context, task_id=self.task_id, dag_id=self.dag_id
-            )
+            commit_id = task_commit_id(self, context)
             limits = settings.resource_limits(self.memory_limit)
-            _warn_pool_slots(self, limits)
+            warn_pool_slots(self, limits)
             table = self.hook.load_table(self.table)
             self.log.info(
                 "%s %s (branch %s, where %s) with memory limit %s bytes, commit id %s",
@@ -420,6 +402,25 @@ class CompactionOperator(OpenLineageMixin, BaseOperator):
             limits=limits,
             commit_id=commit_id,
         )
+
+
+def plan_and_stage(
+    operator: Any,
+    context: Context,
+    plan: Callable[[Table], Mapping[str, Any]],
+    *,
+    part_prefix: str,
+) -> list[dict[str, Any]]:
+    """The execute step of a plan task: load the table, ``plan`` it, and stage the plan's task specs.
+
+    ``plan`` calls the engine's planner (and logs what it chose); engine errors are mapped once, and past
+    the operator's ``payload_file_threshold`` files the specs are staged (:func:`stage_task_specs`).
+    """
+    with engine_errors():
+        table = operator.hook.load_table(operator.table)
+        tasks = plan(table)["tasks"]
+        threshold = payload_threshold(operator.payload_file_threshold)
+        return stage_task_specs(operator, context, table, tasks, threshold=threshold, part_prefix=part_prefix)
 
 
 def stage_task_specs(
@@ -470,10 +471,6 @@ def stage_task_specs(
     return staged
 
 
-def _threshold(value: int | None) -> int:
-    return settings.payload_file_threshold() if value is None else int(value)
-
-
 def _task_bytes(task: Mapping[str, Any]) -> int:
     total = 0
     for entry in task.get("data_files", []) or []:
@@ -483,21 +480,7 @@ def _task_bytes(task: Mapping[str, Any]) -> int:
     return total
 
 
-def _warn_pool_slots(operator: BaseOperator, limits: ResourceLimits) -> None:
-    needed = settings.pool_slots_for(limits.memory_limit_bytes)
-    if needed > operator.pool_slots:
-        operator.log.warning(
-            "Memory limit %s bytes would take %s slots of pool %s but the task holds %s; set pool_slots=%s "
-            "so that the pool bounds the memory of concurrent tasks",
-            limits.memory_limit_bytes,
-            needed,
-            operator.pool,
-            operator.pool_slots,
-            needed,
-        )
-
-
-def _log_plan(operator: BaseOperator, plan: CompactionPlan, *, resolving: bool) -> None:
+def _log_plan(operator: BaseOperator, plan: Mapping[str, Any], *, resolving: bool) -> None:
     """One line on what the plan chose, or why it chose nothing."""
     tasks, skipped = plan["tasks"], plan["skipped"]
     if not tasks:

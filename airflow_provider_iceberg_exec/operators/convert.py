@@ -17,18 +17,16 @@ that parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
-from airflow_provider_iceberg_exec.operators._common import engine_errors, normalize_options, optional_text
+from airflow_provider_iceberg_exec.operators._common import CatalogHookMixin, scope_arguments
 from airflow_provider_iceberg_exec.operators.compaction import (
     BoundedRewriteOperator,
     CompactionOperator,
-    _threshold,
-    stage_task_specs,
+    plan_and_stage,
 )
 from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
@@ -37,7 +35,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-    from airflow_provider_iceberg_exec.engine.contracts import ConvertResult, ConvertTaskResult
+    from airflow_provider_iceberg_exec.engine.contracts import ConvertPlan, ConvertResult, ConvertTaskResult
 
 __all__ = [
     "ConvertEqualityDeletesOperator",
@@ -83,15 +81,13 @@ class ConvertEqualityDeletesOperator(CompactionOperator):
 
         return convert_equality_deletes(
             table,
-            where=optional_text(self.where),
-            options=normalize_options(self.options),
-            branch=optional_text(self.branch) or "main",
+            **scope_arguments(self),
             limits=limits,
             commit_id=commit_id,
         )
 
 
-class ConvertEqualityDeletesPlanOperator(OpenLineageMixin, BaseOperator):
+class ConvertEqualityDeletesPlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Plan a conversion: one task spec per partition of the affected data files, for dynamic mapping.
 
     ``ConvertEqualityDeletesTaskOperator.partial(...).expand(task_spec=plan.output)``; an empty list means
@@ -131,37 +127,22 @@ class ConvertEqualityDeletesPlanOperator(OpenLineageMixin, BaseOperator):
         self.iceberg_exec_conn_id = iceberg_exec_conn_id
         self.payload_file_threshold = payload_file_threshold
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
+        return plan_and_stage(self, context, self._plan, part_prefix="convert-")
+
+    def _plan(self, table: Table) -> ConvertPlan:
+        """Plan the conversion (engine ``plan_conversion``) and log the tasks planned."""
         from airflow_provider_iceberg_exec.engine.ops.convert import plan_conversion
 
-        with engine_errors():
-            table = self.hook.load_table(self.table)
-            plan = plan_conversion(
-                table,
-                where=optional_text(self.where),
-                options=normalize_options(self.options),
-                branch=optional_text(self.branch) or "main",
-            )
-            self.log.info(
-                "Planned the conversion of %s equality delete file(s) of %s: %s task(s)",
-                plan["equality_delete_files_count"],
-                self.table,
-                len(plan["tasks"]),
-            )
-            return stage_task_specs(
-                self,
-                context,
-                table,
-                plan["tasks"],
-                threshold=_threshold(self.payload_file_threshold),
-                part_prefix="convert-",
-            )
+        plan = plan_conversion(table, **scope_arguments(self))
+        self.log.info(
+            "Planned the conversion of %s equality delete file(s) of %s: %s task(s)",
+            plan["equality_delete_files_count"],
+            self.table,
+            len(plan["tasks"]),
+        )
+        return plan
 
 
 class ConvertEqualityDeletesTaskOperator(BoundedRewriteOperator):

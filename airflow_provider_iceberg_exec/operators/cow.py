@@ -21,22 +21,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
-    engine_errors,
+    CatalogHookMixin,
     normalize_options,
     optional_text,
 )
 from airflow_provider_iceberg_exec.operators.compaction import (
     BoundedRewriteOperator,
     _task_bytes,
-    _threshold,
-    stage_task_specs,
+    plan_and_stage,
 )
 from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
@@ -71,7 +69,7 @@ def _source_files(value: Sequence[str] | str | None) -> list[str]:
     return [str(path).strip() for path in value if str(path).strip()]
 
 
-class CowPlanOperator(OpenLineageMixin, BaseOperator):
+class CowPlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Plan a copy-on-write ``delete``, ``update`` or ``overwrite``; return one task spec per group.
 
     Reads metadata only: files that cannot hold a matching row are left out, files whose every row
@@ -139,23 +137,17 @@ class CowPlanOperator(OpenLineageMixin, BaseOperator):
         self.iceberg_exec_conn_id = iceberg_exec_conn_id
         self.payload_file_threshold = payload_file_threshold
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the task specs (JSON), possibly staged; ``[]`` when no row can match."""
+        return plan_and_stage(self, context, self._plan, part_prefix="cow-task-")
+
+    def _plan(self, table: Any) -> CowPlan:
+        """Plan the rewrite (engine ``plan_cow_rewrite``) and log what it found."""
         from airflow_provider_iceberg_exec.engine.ops.cow import plan_cow_rewrite
 
-        threshold = _threshold(self.payload_file_threshold)
-        with engine_errors():
-            table = self.hook.load_table(self.table)
-            plan = plan_cow_rewrite(table, **self._plan_arguments())
-            self._log_plan(plan)
-            return stage_task_specs(
-                self, context, table, plan["tasks"], threshold=threshold, part_prefix="cow-task-"
-            )
+        plan = plan_cow_rewrite(table, **self._plan_arguments())
+        self._log_plan(plan)
+        return plan
 
     def _plan_arguments(self) -> dict[str, Any]:
         """The engine's keyword arguments from the rendered fields; a blank field takes its default."""

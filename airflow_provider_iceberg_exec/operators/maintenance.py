@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -29,13 +28,15 @@ from airflow.sdk import BaseOperator
 from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
+    CatalogHookMixin,
     PoolDefaultsPartial,
     engine_errors,
     normalize_options,
     optional_text,
     payload_name,
+    pool_arguments,
+    warn_pool_slots,
 )
-from airflow_provider_iceberg_exec.operators.compaction import _warn_pool_slots
 from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def _snapshot_ids(value: Any) -> list[int]:
         raise ConfigurationError(f"snapshot_ids must be integers, got {list(value)!r}") from None
 
 
-class OrphanScanOperator(OpenLineageMixin, BaseOperator):
+class OrphanScanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Find the files under the table's location that no metadata references; delete nothing.
 
     Java's rules (``remove_orphan_files`` with ``dry_run``): only files older than ``older_than`` (default
@@ -166,11 +167,7 @@ class OrphanScanOperator(OpenLineageMixin, BaseOperator):
         pool_slots: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            pool=pool if pool is not None else settings.default_pool(),
-            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
-            **kwargs,
-        )
+        super().__init__(**pool_arguments(pool, pool_slots), **kwargs)
         self.table = table
         self.older_than = older_than
         self.location = location
@@ -182,18 +179,13 @@ class OrphanScanOperator(OpenLineageMixin, BaseOperator):
         self.memory_limit = memory_limit
         self.iceberg_exec_conn_id = iceberg_exec_conn_id
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(self, context: Context) -> OrphanScanResult:
         """Scan and return the scan result (JSON); the orphan list is in the file it names."""
         from airflow_provider_iceberg_exec.engine.ops.orphans import scan_orphan_files
 
         with engine_errors():
             limits = settings.resource_limits(self.memory_limit)
-            _warn_pool_slots(self, limits)
+            warn_pool_slots(self, limits)
             table = self.hook.load_table(self.table)
             list_uri = optional_text(self.orphan_list_uri) or self._staged_list_uri(context, table.location())
             self.log.info(
@@ -223,7 +215,7 @@ class OrphanScanOperator(OpenLineageMixin, BaseOperator):
         return staged_list_uri(table_location, name)
 
 
-class OrphanDeleteOperator(OpenLineageMixin, BaseOperator):
+class OrphanDeleteOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Delete the files of an orphan scan, re-checking the table before each batch.
 
     A file that a commit made since the scan references is kept, as is one modified since the scan's
@@ -265,11 +257,6 @@ class OrphanDeleteOperator(OpenLineageMixin, BaseOperator):
         self.max_concurrent_deletes = max_concurrent_deletes
         self.iceberg_exec_conn_id = iceberg_exec_conn_id
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(self, context: Context) -> OrphanDeleteResult:
         """Delete (or count, in a dry run) and return the delete result (JSON)."""
         from airflow_provider_iceberg_exec.engine.ops.orphans import (
@@ -306,7 +293,7 @@ class OrphanDeleteOperator(OpenLineageMixin, BaseOperator):
         return load_file_io(dict(self.hook.get_conn().properties), uri)
 
 
-class ExpireSnapshotsOperator(OpenLineageMixin, BaseOperator):
+class ExpireSnapshotsOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Expire snapshots with Java's rules, then delete the files only the expired snapshots reached.
 
     Defaults follow the table's properties as in Spark: ``older_than`` is now minus
@@ -357,11 +344,7 @@ class ExpireSnapshotsOperator(OpenLineageMixin, BaseOperator):
         pool_slots: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
-            pool=pool if pool is not None else settings.default_pool(),
-            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
-            **kwargs,
-        )
+        super().__init__(**pool_arguments(pool, pool_slots), **kwargs)
         self.table = table
         self.older_than = older_than
         self.retain_last = retain_last
@@ -372,18 +355,13 @@ class ExpireSnapshotsOperator(OpenLineageMixin, BaseOperator):
         self.memory_limit = memory_limit
         self.iceberg_exec_conn_id = iceberg_exec_conn_id
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(self, context: Context) -> ExpireSnapshotsResult:
         """Expire and return the result (JSON)."""
         from airflow_provider_iceberg_exec.engine.ops.expire import expire_snapshots
 
         with engine_errors():
             limits = settings.resource_limits(self.memory_limit)
-            _warn_pool_slots(self, limits)
+            warn_pool_slots(self, limits)
             table = self.hook.load_table(self.table)
             return expire_snapshots(
                 table,

@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
     ASSET_ALIAS,
+    CatalogHookMixin,
     PoolDefaultsPartial,
-    commit_id_from_context,
+    commit_task_arguments,
     engine_errors,
     optional_text,
-    with_asset_alias,
+    task_commit_id,
 )
 from airflow_provider_iceberg_exec.operators.commit import emit_table_asset
 from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
@@ -41,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["IcebergRewriteManifestsOperator"]
 
 
-class IcebergRewriteManifestsOperator(OpenLineageMixin, BaseOperator):
+class IcebergRewriteManifestsOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Rewrite a table's manifests into fewer, partition-clustered ones: Spark's ``rewrite_manifests``.
 
     The live entries of the current snapshot's data and delete manifests of ``spec_id`` are rewritten,
@@ -52,8 +51,8 @@ class IcebergRewriteManifestsOperator(OpenLineageMixin, BaseOperator):
 
     The commit id derives from the DAG, run and task, so a retry after a commit that landed reports it and
     succeeds; the table's asset is emitted through the ``iceberg-exec-commits`` asset alias when a snapshot
-    lands; bad input (an unknown spec id or partition field, a format version above 3) fails the task without retry,
-    with a one-line reason, and leaves the table unchanged.
+    lands; bad input (an unknown spec id or partition field, a format version above 3) fails the task
+    without retry, with a one-line reason, and leaves the table unchanged.
 
     :param table: the table, ``"namespace.table"`` (templated).
     :param spec_id: the partition spec whose manifests are rewritten; default the current one (templated).
@@ -99,10 +98,9 @@ class IcebergRewriteManifestsOperator(OpenLineageMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(
-            outlets=with_asset_alias(kwargs.pop("outlets", None), asset_alias),
-            pool=pool if pool is not None else settings.default_pool(),
-            pool_slots=pool_slots if pool_slots is not None else 1,
-            **kwargs,
+            **commit_task_arguments(
+                kwargs, asset_alias=asset_alias, pool=pool, pool_slots=pool_slots, default_slots=1
+            )
         )
         self.table = table
         self.spec_id = spec_id
@@ -113,20 +111,13 @@ class IcebergRewriteManifestsOperator(OpenLineageMixin, BaseOperator):
         self.commit_id = commit_id
         self.asset_alias = asset_alias
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(self, context: Context) -> RewriteManifestsResult:
         """Rewrite and commit; return the result (JSON)."""
         from airflow_provider_iceberg_exec.engine.config import parse_byte_size
         from airflow_provider_iceberg_exec.engine.ops.manifests import rewrite_manifests
 
         with engine_errors():
-            commit_id = optional_text(self.commit_id) or commit_id_from_context(
-                context, task_id=self.task_id, dag_id=self.dag_id
-            )
+            commit_id = task_commit_id(self, context)
             target = optional_text(self.target_size_bytes)
             table = self.hook.load_table(self.table)
             result = rewrite_manifests(

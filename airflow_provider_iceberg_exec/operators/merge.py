@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -31,20 +30,20 @@ from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
     ASSET_ALIAS,
+    CatalogHookMixin,
     PoolDefaultsPartial,
-    commit_id_from_context,
+    commit_task_arguments,
     engine_errors,
     optional_text,
-    with_asset_alias,
+    task_commit_id,
+    warn_pool_slots,
 )
 from airflow_provider_iceberg_exec.operators._progress import logged_progress
 from airflow_provider_iceberg_exec.operators.commit import emit_table_asset, log_commit_result
 from airflow_provider_iceberg_exec.operators.compaction import (
     BoundedRewriteOperator,
     _task_bytes,
-    _threshold,
-    _warn_pool_slots,
-    stage_task_specs,
+    plan_and_stage,
 )
 from airflow_provider_iceberg_exec.operators.cow import _source_files
 from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
@@ -101,7 +100,7 @@ def _snapshot_id(value: int | str | None) -> int | None:
         raise ConfigurationError(f"source_snapshot_id must be a snapshot id, got {text!r}") from err
 
 
-class _MergeSpecOperator(OpenLineageMixin, BaseOperator):
+class _MergeSpecOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """What every MERGE task is given: the table, the join columns, the source, the clauses, the mode."""
 
     table_lineage = TableLineage("merge")
@@ -136,11 +135,6 @@ class _MergeSpecOperator(OpenLineageMixin, BaseOperator):
         self.isolation_level = isolation_level
         self.branch = branch
         self.iceberg_exec_conn_id = iceberg_exec_conn_id
-
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
 
     def _source_arguments(self) -> dict[str, Any]:
         return {
@@ -222,10 +216,7 @@ class MergeOperator(_MergeSpecOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(
-            outlets=with_asset_alias(kwargs.pop("outlets", None), asset_alias),
-            pool=pool if pool is not None else settings.default_pool(),
-            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
-            **kwargs,
+            **commit_task_arguments(kwargs, asset_alias=asset_alias, pool=pool, pool_slots=pool_slots)
         )
         self.memory_limit = memory_limit
         self.commit_id = commit_id
@@ -234,11 +225,9 @@ class MergeOperator(_MergeSpecOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Plan, run and commit the merge; return the merge result JSON."""
         with engine_errors():
-            commit_id = optional_text(self.commit_id) or commit_id_from_context(
-                context, task_id=self.task_id, dag_id=self.dag_id
-            )
+            commit_id = task_commit_id(self, context)
             limits = settings.resource_limits(self.memory_limit)
-            _warn_pool_slots(self, limits)
+            warn_pool_slots(self, limits)
             table = self.hook.load_table(self.table)
             self.log.info(
                 "Merging into %s with memory limit %s bytes, commit id %s",
@@ -366,34 +355,29 @@ class MergePlanOperator(_MergeSpecOperator):
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the tasks (JSON), possibly staged."""
+        return plan_and_stage(self, context, self._plan, part_prefix="merge-task-")
+
+    def _plan(self, table: Table) -> Mapping[str, Any]:
+        """Plan the merge (engine ``plan_merge``) and log what it found."""
         from airflow_provider_iceberg_exec.engine.ops.merge import DEFAULT_TASK_SIZE_BYTES, plan_merge
 
-        with engine_errors():
-            table = self.hook.load_table(self.table)
-            plan = plan_merge(
-                table,
-                **self._merge_arguments(),
-                task_size_bytes=int(self.task_size_bytes or DEFAULT_TASK_SIZE_BYTES),
-            )
-            self.log.info(
-                "Planned a %s merge into %s at snapshot %s: %s candidate data files, %s source rows, "
-                "%s tasks (conflict filter %s)",
-                plan["mode"],
-                self.table,
-                plan["base_snapshot_id"],
-                plan["candidate_data_files_count"],
-                plan["source_rows"],
-                len(plan["tasks"]),
-                plan["conflict_filter"],
-            )
-            return stage_task_specs(
-                self,
-                context,
-                table,
-                plan["tasks"],
-                threshold=_threshold(self.payload_file_threshold),
-                part_prefix="merge-task-",
-            )
+        plan = plan_merge(
+            table,
+            **self._merge_arguments(),
+            task_size_bytes=int(self.task_size_bytes or DEFAULT_TASK_SIZE_BYTES),
+        )
+        self.log.info(
+            "Planned a %s merge into %s at snapshot %s: %s candidate data files, %s source rows, "
+            "%s tasks (conflict filter %s)",
+            plan["mode"],
+            self.table,
+            plan["base_snapshot_id"],
+            plan["candidate_data_files_count"],
+            plan["source_rows"],
+            len(plan["tasks"]),
+            plan["conflict_filter"],
+        )
+        return plan
 
 
 class MergeTaskOperator(BoundedRewriteOperator):

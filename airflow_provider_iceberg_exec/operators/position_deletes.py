@@ -26,7 +26,6 @@ The engine (``airflow_provider_iceberg_exec.engine.ops.position_deletes``) is im
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -35,22 +34,24 @@ from airflow_provider_iceberg_exec import settings
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
 from airflow_provider_iceberg_exec.operators._common import (
     ASSET_ALIAS,
+    CatalogHookMixin,
     PoolDefaultsPartial,
-    commit_id_from_context,
+    commit_task_arguments,
     engine_errors,
-    normalize_options,
-    optional_text,
-    with_asset_alias,
+    scope_arguments,
+    task_commit_id,
 )
 from airflow_provider_iceberg_exec.operators.commit import emit_table_asset
-from airflow_provider_iceberg_exec.operators.compaction import BoundedRewriteOperator, stage_task_specs
+from airflow_provider_iceberg_exec.operators.compaction import BoundedRewriteOperator, plan_and_stage
 from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from pyiceberg.table import Table
 
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
     from airflow_provider_iceberg_exec.engine.contracts import (
+        PositionDeletePlan,
         PositionDeleteResult,
         RewritePositionDeletesResult,
     )
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 __all__ = ["PositionDeletePlanOperator", "PositionDeleteRewriteOperator", "RewritePositionDeletesOperator"]
 
 
-class PositionDeletePlanOperator(OpenLineageMixin, BaseOperator):
+class PositionDeletePlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Plan a position-delete rewrite: group each partition's position delete files; one spec per group.
 
     The returned list is meant for dynamic task mapping
@@ -101,38 +102,23 @@ class PositionDeletePlanOperator(OpenLineageMixin, BaseOperator):
         self.iceberg_exec_conn_id = iceberg_exec_conn_id
         self.payload_file_threshold = payload_file_threshold
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(self, context: Context) -> list[dict[str, Any]]:
         """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
+        return plan_and_stage(self, context, self._plan, part_prefix="posdel-group-")
+
+    def _plan(self, table: Table) -> PositionDeletePlan:
+        """Plan the rewrite (engine ``plan_position_delete_rewrite``) and log the groups planned."""
         from airflow_provider_iceberg_exec.engine.ops.position_deletes import plan_position_delete_rewrite
 
-        with engine_errors():
-            table = self.hook.load_table(self.table)
-            plan = plan_position_delete_rewrite(
-                table,
-                where=optional_text(self.where),
-                options=normalize_options(self.options),
-                branch=optional_text(self.branch) or "main",
-            )
-            self.log.info(
-                "Planned %s groups over %s position delete files of %s at snapshot %s",
-                len(plan["tasks"]),
-                sum(len(t["delete_files"]) for t in plan["tasks"]),
-                plan["table"],
-                plan["base_snapshot_id"],
-            )
-            threshold = (
-                settings.payload_file_threshold()
-                if self.payload_file_threshold is None
-                else int(self.payload_file_threshold)
-            )
-            return stage_task_specs(
-                self, context, table, plan["tasks"], threshold=threshold, part_prefix="posdel-group-"
-            )
+        plan = plan_position_delete_rewrite(table, **scope_arguments(self))
+        self.log.info(
+            "Planned %s groups over %s position delete files of %s at snapshot %s",
+            len(plan["tasks"]),
+            sum(len(t["delete_files"]) for t in plan["tasks"]),
+            plan["table"],
+            plan["base_snapshot_id"],
+        )
+        return plan
 
 
 class PositionDeleteRewriteOperator(BoundedRewriteOperator):
@@ -184,7 +170,7 @@ class PositionDeleteRewriteOperator(BoundedRewriteOperator):
         )
 
 
-class RewritePositionDeletesOperator(OpenLineageMixin, BaseOperator):
+class RewritePositionDeletesOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
     """Rewrite a table's position delete files in one task: plan, rewrite every group, commit.
 
     The commit id derives from the DAG, run and task, so a retry after a commit that landed reports it
@@ -233,10 +219,7 @@ class RewritePositionDeletesOperator(OpenLineageMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(
-            outlets=with_asset_alias(kwargs.pop("outlets", None), asset_alias),
-            pool=pool if pool is not None else settings.default_pool(),
-            pool_slots=pool_slots if pool_slots is not None else settings.default_pool_slots(),
-            **kwargs,
+            **commit_task_arguments(kwargs, asset_alias=asset_alias, pool=pool, pool_slots=pool_slots)
         )
         self.table = table
         self.where = where
@@ -247,25 +230,16 @@ class RewritePositionDeletesOperator(OpenLineageMixin, BaseOperator):
         self.commit_id = commit_id
         self.asset_alias = asset_alias
 
-    @cached_property
-    def hook(self) -> IcebergExecHook:
-        """The catalog hook, built after the templates are rendered."""
-        return IcebergExecHook(iceberg_exec_conn_id=self.iceberg_exec_conn_id)
-
     def execute(self, context: Context) -> RewritePositionDeletesResult:
         """Plan, rewrite and commit; return the result JSON (Spark's result names)."""
         from airflow_provider_iceberg_exec.engine.ops.position_deletes import rewrite_position_deletes
 
         with engine_errors():
-            commit_id = optional_text(self.commit_id) or commit_id_from_context(
-                context, task_id=self.task_id, dag_id=self.dag_id
-            )
+            commit_id = task_commit_id(self, context)
             limits = settings.resource_limits(self.memory_limit)
             result = rewrite_position_deletes(
                 self.hook.load_table(self.table),
-                where=optional_text(self.where),
-                options=normalize_options(self.options),
-                branch=optional_text(self.branch) or "main",
+                **scope_arguments(self),
                 limits=limits,
                 commit_id=commit_id,
             )

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
-from airflow_provider_iceberg_exec.operators._common import ASSET_ALIAS, normalize_options, optional_text
+from airflow_provider_iceberg_exec.operators._common import ASSET_ALIAS, scope_arguments
 from airflow_provider_iceberg_exec.operators.compaction import CompactionOperator
 from airflow_provider_iceberg_exec.operators.lineage import TableLineage
 
@@ -115,9 +115,7 @@ class ResolveEqualityDeletesOperator(CompactionOperator):
 
         result = resolve_equality_deletes(
             table,
-            where=optional_text(self.where),
-            options=normalize_options(self.options),
-            branch=optional_text(self.branch) or "main",
+            **scope_arguments(self),
             limits=limits,
             commit_id=commit_id,
         )
