@@ -60,6 +60,25 @@ def data_files(table: Table) -> list[Any]:
     return [task.file for task in table.scan().plan_files()]
 
 
+def live_delete_entries(table: Table) -> list[tuple[Any, int]]:
+    """(delete file, data sequence number) of every live delete entry of the current snapshot, read with
+    the v3 manifest list layout (DVs keep their blob offset and size)."""
+    from pyiceberg.manifest import ManifestContent
+
+    from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
+    from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
+
+    table.refresh()
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    return [
+        (entry.data_file, entry.sequence_number or 0)
+        for manifest in read_manifest_list(table.io, snapshot)
+        if manifest.content == ManifestContent.DELETES
+        for entry in read_manifest_entries(table.io, manifest)
+    ]
+
+
 # -- compaction test support ---------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from airflow_provider_iceberg_exec.engine.commit.change import file_identity
@@ -27,15 +27,14 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import commit_row_del
 from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector, read_deletion_vector
 from airflow_provider_iceberg_exec.engine.errors import CommitValidationError
 from airflow_provider_iceberg_exec.engine.io.deletion_vectors import DataFileDeletes, write_deletion_vectors
-from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries, referenced_data_file
-from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
+from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
 from airflow_provider_iceberg_exec.engine.ops.convert import (
     commit_conversion,
     convert_equality_deletes,
     convert_task,
     plan_conversion,
 )
-from tests.helpers import commit_position_deletes, data_files, live_checksum, row_digest
+from tests.helpers import commit_position_deletes, data_files, live_checksum, live_delete_entries, row_digest
 from tests.integration.maintenance_support import (
     commit_delete_files,
     create_table,
@@ -64,19 +63,6 @@ def _to_v3(catalog: SqlCatalog, table: Table) -> Table:
     with table.io.new_output(location).create() as stream:
         stream.write(json.dumps(metadata).encode())
     return catalog.register_table("ns.v3", location)
-
-
-def _live_deletes(table: Table) -> list[tuple[DataFile, int]]:
-    """(delete file, data sequence number) of every live delete entry."""
-    table.refresh()
-    snapshot = table.current_snapshot()
-    assert snapshot is not None
-    return [
-        (entry.data_file, entry.sequence_number or 0)
-        for manifest in read_manifest_list(table.io, snapshot)
-        if manifest.content == ManifestContent.DELETES
-        for entry in read_manifest_entries(table.io, manifest)
-    ]
 
 
 def _our_dv(table: Table, tmp_path: Path, data_file: DataFile, positions: list[int], commit_id: str) -> None:
@@ -143,7 +129,7 @@ def test_v3_conversion_writes_one_merged_dv_per_data_file(catalog: SqlCatalog, t
     assert snapshot.added_rows == 0  # type: ignore[attr-defined]
     assert table.metadata.next_row_id == next_row_id  # type: ignore[attr-defined]
 
-    live = _live_deletes(table)
+    live = live_delete_entries(table)
     dvs = [(f, seq) for f, seq in live if is_deletion_vector(f)]
     others = [f for f, _ in live if not is_deletion_vector(f)]
     assert sorted(referenced_data_file(f) or "" for f, _ in dvs) == sorted(
@@ -165,7 +151,7 @@ def test_v3_conversion_fails_on_a_concurrent_dv_and_leaves_the_table(
     plan = plan_conversion(table)
     results = [convert_task(table, task, limits(tmp_path)) for task in plan["tasks"]]
     # Meanwhile another writer replaces b's DV (b's positions 20 and 30).
-    (old,) = [f for f, _ in _live_deletes(table) if is_deletion_vector(f)]
+    (old,) = [f for f, _ in live_delete_entries(table) if is_deletion_vector(f)]
     (theirs,) = write_deletion_vectors(
         table.io,
         f"file://{tmp_path}/theirs.puffin",
@@ -194,4 +180,4 @@ def test_v3_conversion_fails_on_a_concurrent_dv_and_leaves_the_table(
 
 
 def _identities(table: Table) -> list[Any]:
-    return [file_identity(f) for f, _ in _live_deletes(table)]
+    return [file_identity(f) for f, _ in live_delete_entries(table)]

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
@@ -29,15 +29,20 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector, read_deletion_vector
 from airflow_provider_iceberg_exec.engine.errors import CommitValidationError
 from airflow_provider_iceberg_exec.engine.io.deletion_vectors import DataFileDeletes, write_deletion_vectors
-from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries, referenced_data_file
-from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
+from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
 from airflow_provider_iceberg_exec.engine.ops.position_deletes import (
     commit_position_delete_rewrite,
     execute_position_delete_task,
     plan_position_delete_rewrite,
     rewrite_position_deletes,
 )
-from tests.helpers import commit_position_delete_file, commit_position_deletes, data_files, live_checksum
+from tests.helpers import (
+    commit_position_delete_file,
+    commit_position_deletes,
+    data_files,
+    live_checksum,
+    live_delete_entries,
+)
 from tests.integration.test_deletes import SCHEMA
 
 pytestmark = pytest.mark.integration
@@ -59,18 +64,6 @@ def _rows(ids: range, category: str) -> pa.Table:
             "name": pa.array([f"n{i}" for i in ids], pa.string()),
         }
     )
-
-
-def _live_deletes(table: Table) -> list[tuple[DataFile, int]]:
-    table.refresh()
-    snapshot = table.current_snapshot()
-    assert snapshot is not None
-    return [
-        (entry.data_file, entry.sequence_number or 0)
-        for manifest in read_manifest_list(table.io, snapshot)
-        if manifest.content == ManifestContent.DELETES
-        for entry in read_manifest_entries(table.io, manifest)
-    ]
 
 
 def _dv(table: Table, data_file: DataFile, positions: list[int], name: str, removed: list[DataFile]) -> None:
@@ -124,7 +117,7 @@ def test_v3_rewrite_turns_position_files_into_one_dv_per_data_file(
     table, files = _table(catalog)
     before = live_checksum(table)
     assert before[0] == 60 - 5 - 2 - 2  # A: 1, 2, 3, 5, 9; B: 0, 4; C: 7, 8
-    old = {file_identity(f) for f, _ in _live_deletes(table) if is_deletion_vector(f)}
+    old = {file_identity(f) for f, _ in live_delete_entries(table) if is_deletion_vector(f)}
     next_row_id = table.metadata.next_row_id  # type: ignore[attr-defined]
 
     result = rewrite_position_deletes(table, limits=_limits(tmp_path), commit_id="posdel-v3")
@@ -132,7 +125,7 @@ def test_v3_rewrite_turns_position_files_into_one_dv_per_data_file(
     assert live_checksum(table) == before
     assert result["rewritten_delete_files_count"] == 4  # the v2 files of partition a
     assert result["added_delete_files_count"] == 1
-    live = _live_deletes(table)
+    live = live_delete_entries(table)
     assert all(is_deletion_vector(f) for f, _ in live)  # no v2 position file left
     by_file = {referenced_data_file(f): (f, seq) for f, seq in live}
     assert set(by_file) == {f.file_path for f in files.values()}

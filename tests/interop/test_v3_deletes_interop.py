@@ -19,17 +19,17 @@ from urllib.parse import urlparse
 
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.manifest import DataFileContent, ManifestContent
+from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import Table
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes.vectors import is_deletion_vector
-from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries, referenced_data_file
-from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
+from airflow_provider_iceberg_exec.engine.meta.manifests import referenced_data_file
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 from airflow_provider_iceberg_exec.engine.ops.convert import convert_equality_deletes
 from airflow_provider_iceberg_exec.engine.ops.merge import merge
 from airflow_provider_iceberg_exec.engine.ops.position_deletes import rewrite_position_deletes
+from tests.helpers import live_delete_entries
 from tests.interop.fixtures import JavaTables
 from tests.interop.spark import metadata_location, spark_rows
 from tests.interop.tables import (
@@ -68,20 +68,8 @@ def _row_ids_consistent(location: str) -> None:
     assert current["first-row-id"] + current["added-rows"] == raw["next-row-id"]
 
 
-def _live_deletes(table: Table) -> list[tuple[Any, int]]:
-    table.refresh()
-    snapshot = table.current_snapshot()
-    assert snapshot is not None
-    return [
-        (entry.data_file, entry.sequence_number or 0)
-        for manifest in read_manifest_list(table.io, snapshot)
-        if manifest.content == ManifestContent.DELETES
-        for entry in read_manifest_entries(table.io, manifest)
-    ]
-
-
 def _one_dv_per_data_file(table: Table) -> list[Any]:
-    dvs = [f for f, _ in _live_deletes(table) if is_deletion_vector(f)]
+    dvs = [f for f, _ in live_delete_entries(table) if is_deletion_vector(f)]
     targets = [referenced_data_file(f) for f in dvs]
     assert len(targets) == len(set(targets))
     return dvs
@@ -114,7 +102,7 @@ def test_our_position_delete_rewrite_of_a_spark_v3_table(
     built = java_table.fresh(V3_UPGRADED_MIXED_DELETES)
     rows, lineage = spark_rows_checksum(built.metadata_location), _lineage(spark, built.metadata_location)
     table = catalog.register_table("ns.posdel", built.metadata_location)
-    assert any(not is_deletion_vector(f) for f, _ in _live_deletes(table))
+    assert any(not is_deletion_vector(f) for f, _ in live_delete_entries(table))
 
     result = rewrite_position_deletes(table, limits=_limits(tmp_path), commit_id="posdel-v3")
 
@@ -124,7 +112,7 @@ def test_our_position_delete_rewrite_of_a_spark_v3_table(
     assert spark_rows_checksum(ours) == rows  # Java's DeleteFileIndex loaded every DV
     assert _lineage(spark, ours) == lineage
     _row_ids_consistent(ours)
-    assert all(is_deletion_vector(f) for f, _ in _live_deletes(table))  # no v2 position file left
+    assert all(is_deletion_vector(f) for f, _ in live_delete_entries(table))  # no v2 position file left
     _one_dv_per_data_file(table)
     snapshot = table.current_snapshot()
     assert snapshot is not None
@@ -172,7 +160,7 @@ def test_our_equality_delete_conversion_of_a_spark_v3_table(
     assert spark_rows_checksum(ours) == rows
     assert _lineage(spark, ours) == lineage
     _row_ids_consistent(ours)
-    live = _live_deletes(table)
+    live = live_delete_entries(table)
     assert not [f for f, _ in live if f.content == DataFileContent.EQUALITY_DELETES]
     snapshot = table.current_snapshot()
     assert snapshot is not None
