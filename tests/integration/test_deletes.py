@@ -521,3 +521,38 @@ def test_new_equality_delete_conflicts_with_a_rewrite_into_another_spec(
     table.refresh()
     assert table.current_snapshot() == head
     assert len(_live_delete_files(table)) == 1
+
+
+def test_files_read_ahead_and_streamed_alike_get_their_deletes(
+    catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small files are read whole on worker threads ahead of the stream, larger ones streamed in their
+    turn (io.read.read_files_ahead): position and equality deletes still reach each file's own rows."""
+    import airflow_provider_iceberg_exec.engine.io.read as read_module
+
+    table = _create(catalog)
+    for number in range(24):
+        start = number * 1000
+        _append(table, range(start, start + (1000 if number % 3 == 0 else 40)))
+    files = sorted(data_files(table), key=lambda f: f.file_path)
+    sizes = sorted(f.file_size_in_bytes for f in files)
+    # Between the small and the large files: both paths are taken, interleaved.
+    monkeypatch.setattr(read_module, "SMALL_FILE_BYTES", (sizes[0] + sizes[-1]) // 2)
+    for f in files[::5]:
+        commit_position_deletes(table, f.file_path, [0, 7])
+    _commit_deletes(
+        table, [_equality_deletes(table, {"id": (1, pa.int64(), [5, 3001, 12003, 21039])}, spec_id=0)]
+    )
+    expected = {
+        i for f in files for i in pq.read_table(f.file_path.removeprefix("file://")).column("id").to_pylist()
+    }
+    for f in files[::5]:
+        ids = pq.read_table(f.file_path.removeprefix("file://")).column("id").to_pylist()
+        expected -= {ids[0], ids[7]}
+    expected -= {5, 3001, 12003, 21039}
+
+    result = compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    assert _ids(table) == sorted(expected)
+    assert result["rewritten_data_files_count"] == len(files)
+    assert _live_delete_files(table) == []

@@ -24,6 +24,7 @@ from airflow_provider_iceberg_exec.engine.io.read import (
     ProjectionCache,
     iter_data_file_batches,
     read_batch_rows,
+    read_files_ahead,
 )
 from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
@@ -80,6 +81,7 @@ def iter_live_group_batches(
     :raises DataFileReadError: when a data or delete file is missing or malformed.
     :raises ConfigurationError: for an equality delete on a field found in no schema, or a nested field.
     """
+    import numpy as np
     from pyiceberg.manifest import DataFileContent
 
     schema = metadata.schema()
@@ -97,9 +99,10 @@ def iter_live_group_batches(
         else iter(())
     )
     cache = ProjectionCache()
-    for ordinal, scanned in enumerate(files):
+
+    def read(scanned: ScannedFile) -> Iterator[pa.RecordBatch]:
         data_file = scanned.data_file
-        batches = iter_data_file_batches(
+        return iter_data_file_batches(
             io,
             data_file,
             table_schema=schema,
@@ -112,8 +115,17 @@ def iter_live_group_batches(
             if row_lineage
             else None,
         )
-        yield from _drop_positions(batches, deleted_positions(io, scanned), matches.of(ordinal), stats)
-        progress.advance(files=1, bytes_done=data_file.file_size_in_bytes)
+
+    no_positions = np.empty(0, dtype=np.int64)
+    # Small files are read whole on worker threads ahead of this one; each still comes in file order.
+    streams = read_files_ahead(files, read, lambda scanned: scanned.data_file.file_size_in_bytes)
+    try:
+        for ordinal, (scanned, batches) in enumerate(zip(files, streams, strict=True)):
+            positions = deleted_positions(io, scanned) if scanned.delete_files else no_positions
+            yield from _drop_positions(batches, positions, matches.of(ordinal), stats)
+            progress.advance(files=1, bytes_done=scanned.data_file.file_size_in_bytes)
+    finally:
+        streams.close()
 
 
 class _Matches:
@@ -145,6 +157,12 @@ def _drop_positions(
     import numpy as np
     import pyarrow as pa
 
+    if not len(positions) and not len(matched):
+        # The common case (no delete applies): nothing to look up per batch.
+        for batch in batches:
+            stats.rows_read += batch.num_rows
+            yield batch
+        return
     start = 0
     for batch in batches:
         n = batch.num_rows

@@ -46,11 +46,15 @@ def has_equality_deletes(scanned: ScannedFile) -> bool:
 
 
 def scanned_from_json(
-    entry: Mapping[str, Any], specs: Mapping[int, PartitionSpec], schema: Schema
+    entry: Mapping[str, Any], specs: Mapping[int, PartitionSpec], schema: Schema, *, metrics: bool = True
 ) -> ScannedFile:
-    """A task's input file with the delete files that apply to it, as :func:`scanned_to_json` wrote it."""
+    """A task's input file with the delete files that apply to it, as :func:`scanned_to_json` wrote it.
+
+    :param metrics: decode the data file's column metrics (:func:`.data_file_from_json`); a task that only
+        reads the file passes ``False``. Delete files are always decoded whole.
+    """
     return ScannedFile(
-        data_file=data_file_from_json(entry["data-file"], specs, schema),
+        data_file=data_file_from_json(entry["data-file"], specs, schema, metrics=metrics),
         data_sequence_number=int(entry.get("data-sequence-number") or 0),
         delete_files=tuple(
             ScannedDelete(

@@ -135,8 +135,12 @@ def _common_base(docs: Sequence[Mapping[str, Any]], table_name: str) -> tuple[in
 def _result_files(
     doc: Mapping[str, Any], specs: Mapping[int, PartitionSpec], schema: Schema
 ) -> tuple[list[DataFile], list[DataFile]]:
-    """The data files a result rewrites and the ones it adds."""
-    rewritten = [data_file_from_json(f, specs, schema) for f in doc["rewritten_data_files"]]
+    """The data files a result rewrites and the ones it adds.
+
+    A rewritten file is only identified and proven against the base (the commit writes the base
+    manifest's own entry as deleted), so its column metrics are not decoded.
+    """
+    rewritten = [data_file_from_json(f, specs, schema, metrics=False) for f in doc["rewritten_data_files"]]
     added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]
     return rewritten, added
 

@@ -1,15 +1,27 @@
 """read_ahead: the same items in the same order, errors raised in the caller, a bounded lead, and a
-producer that stops (and closes its source) when the caller stops early."""
+producer that stops (and closes its source) when the caller stops early; read_files_ahead: the same, per
+file, with small files read on worker threads."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import closing
+from typing import TYPE_CHECKING
 
 import pytest
 
-from airflow_provider_iceberg_exec.engine.io.read import read_ahead
+from airflow_provider_iceberg_exec.engine.io.read import (
+    _AHEAD_FILES,
+    _AHEAD_STORED_BYTES,
+    SMALL_FILE_BYTES,
+    read_ahead,
+    read_files_ahead,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def test_yields_every_item_in_order() -> None:
@@ -85,3 +97,84 @@ def test_the_lead_is_bounded_in_bytes_but_one_big_item_always_passes() -> None:
         lead.append(produced - consumed)
     # At most 3 items of 1000 bytes queued, plus the one the producer holds while waiting.
     assert max(lead) <= 4
+
+
+# read_files_ahead: small files read whole on worker threads, in order; large ones streamed in their turn.
+
+
+def _fake_read(
+    log: list[str], fail: str | None = None
+) -> Callable[[tuple[str, int]], Iterator[pa.RecordBatch]]:
+    import pyarrow as pa
+
+    def read(item: tuple[str, int]) -> Iterator[pa.RecordBatch]:
+        name, _size = item
+        log.append(name)
+        if name == fail:
+            raise ValueError(f"{name} is corrupt")
+        for part in range(2):
+            yield pa.record_batch({"file": [name], "part": [part]})
+
+    return read
+
+
+def _size(item: tuple[str, int]) -> int:
+    return item[1]
+
+
+def test_files_come_back_in_order_small_and_large_alike() -> None:
+    files = [(f"f{i}", SMALL_FILE_BYTES + 1 if i % 7 == 3 else 100) for i in range(200)]
+    log: list[str] = []
+    got = [
+        (b.column("file")[0].as_py(), b.column("part")[0].as_py())
+        for batches in read_files_ahead(files, _fake_read(log), _size)
+        for b in batches
+    ]
+    assert got == [(name, part) for name, _ in files for part in range(2)]
+    assert sorted(log) == sorted(name for name, _ in files)  # each file read once
+
+
+def test_a_small_file_is_read_ahead_on_another_thread_a_large_one_on_the_callers() -> None:
+    threads: dict[str, str] = {}
+
+    def read(item: tuple[str, int]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        threads[item[0]] = threading.current_thread().name
+        yield pa.record_batch({"x": [1]})
+
+    for batches in read_files_ahead([("small", 10), ("large", SMALL_FILE_BYTES + 1)], read, _size):
+        list(batches)
+    assert threads["small"].startswith("iceberg-exec-read-file")
+    assert threads["large"] == threading.current_thread().name
+
+
+def test_a_read_error_is_raised_in_its_files_turn_after_the_files_before_it() -> None:
+    files = [("a", 10), ("b", 10), ("bad", 10), ("c", 10)]
+    streams = read_files_ahead(files, _fake_read([], fail="bad"), _size)
+    assert len(list(next(streams))) == 2
+    assert len(list(next(streams))) == 2
+    with pytest.raises(ValueError, match="bad is corrupt"):
+        next(streams)
+    streams.close()
+
+
+def test_reads_stay_a_bounded_number_of_files_ahead_and_stop_when_closed() -> None:
+    log: list[str] = []
+    files = [(f"f{i}", 10) for i in range(1000)]
+    with closing(read_files_ahead(files, _fake_read(log), _size)) as streams:
+        list(next(streams))
+    # One taken, at most a window ahead of it; closing waited for the reads in flight, started no more.
+    assert len(log) <= 1 + _AHEAD_FILES
+    started = len(log)
+    time.sleep(0.05)
+    assert len(log) == started
+
+
+def test_reads_ahead_are_bounded_in_stored_bytes() -> None:
+    log: list[str] = []
+    size = SMALL_FILE_BYTES // 2
+    files = [(f"f{i}", size) for i in range(100)]
+    with closing(read_files_ahead(files, _fake_read(log), _size)) as streams:
+        list(next(streams))
+    assert len(log) * size <= _AHEAD_STORED_BYTES + size

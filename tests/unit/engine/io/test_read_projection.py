@@ -127,3 +127,38 @@ def test_coalesce_keeps_rows_and_order_and_passes_large_batches() -> None:
     assert [v for b in out for v in b.column(0).to_pylist()] == list(range(start))
     assert [b.num_rows for b in out] == [9, 20, 3, 9, 4]
     assert list(coalesce_batches(iter([]), min_rows=8)) == []
+
+
+@pytest.mark.parametrize("claimed", ["exact", "understated"])
+def test_a_small_file_read_whole_gives_the_streamed_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, claimed: str
+) -> None:
+    """A file up to SMALL_FILE_BYTES is read in one request; a manifest that understates the size of a
+    larger file does not truncate it: the file is streamed after all."""
+    import airflow_provider_iceberg_exec.engine.io.read as read_module
+
+    data_file = _write(tmp_path / "f.parquet", SAME, rows=500, start=0)
+    size = data_file.file_size_in_bytes
+    if claimed == "understated":
+        monkeypatch.setattr(read_module, "SMALL_FILE_BYTES", size // 2)
+        data_file = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=data_file.file_path,
+            file_format=FileFormat.PARQUET,
+            partition=Record(),
+            record_count=data_file.record_count,
+            file_size_in_bytes=size // 4,
+            spec_id=0,
+        )
+    got = list(
+        iter_data_file_batches(
+            PyArrowFileIO(),
+            data_file,
+            table_schema=TABLE,
+            spec=UNPARTITIONED_PARTITION_SPEC,
+            name_mapping=None,
+            format_version=2,
+            batch_size=64,
+        )
+    )
+    assert pa.Table.from_batches(got).equals(pa.Table.from_batches(_reference(data_file)))

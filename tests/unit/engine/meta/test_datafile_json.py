@@ -774,3 +774,46 @@ def test_data_files_written_by_pyiceberg_round_trip_exactly(tmp_path):
     raw_ids = [set(doc.get("raw-lower-bounds", {"keys": []})["keys"]) for doc in docs]
     assert [ids for ids in raw_ids if ids] == [{2, 13}, {2, 13}]
     assert json.loads(json.dumps(docs)) == docs
+
+
+def test_without_metrics_the_entry_has_none_and_the_rest_decodes_the_same():
+    schema = _schema(LongType(), StringType())
+    data_file = _data_file(
+        column_sizes={1: 100},
+        value_counts={1: 10},
+        lower_bounds={1: to_bytes(LongType(), 1), 2: b"a"},
+        upper_bounds={1: to_bytes(LongType(), 9), 2: b"z"},
+        split_offsets=[4],
+        first_row_id=7,
+    )
+    doc = data_file_to_json(data_file, UNPARTITIONED, schema)
+
+    full = data_file_from_json(doc, {0: UNPARTITIONED}, schema)
+    lean = data_file_from_json(doc, {0: UNPARTITIONED}, schema, metrics=False)
+
+    assert lean.lower_bounds is None
+    assert lean.upper_bounds is None
+    assert lean.column_sizes is None
+    for name in (
+        "file_path",
+        "record_count",
+        "file_size_in_bytes",
+        "partition",
+        "split_offsets",
+    ):
+        assert getattr(lean, name) == getattr(full, name)
+    assert _v3(lean, "first_row_id") == _v3(full, "first_row_id") == 7
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        _with(column_sizes={"keys": [1, 2], "values": [10]}),
+        _with(column_sizes=[1, 10]),
+        _with(lower_bounds={"keys": ["1"], "values": [1]}),
+        _with(raw_upper_bounds={"keys": [1, 1], "values": ["01", "02"]}),
+    ],
+)
+def test_without_metrics_the_maps_are_still_checked_for_shape(doc):
+    with pytest.raises(DataFileCodecError):
+        data_file_from_json(doc, _error_specs(), _schema(LongType(), DateType()), metrics=False)
