@@ -21,12 +21,16 @@ __all__ = [
 
 
 def scanned_to_json(
-    scanned: ScannedFile, specs: Mapping[int, PartitionSpec], schema: Schema
+    scanned: ScannedFile, specs: Mapping[int, PartitionSpec], schema: Schema, *, metrics: bool = True
 ) -> dict[str, Any]:
-    """A task entry: ``{"data-file", "data-sequence-number", "delete-files": [{"content-file", ...}]}``."""
+    """A task entry: ``{"data-file", "data-sequence-number", "delete-files": [{"content-file", ...}]}``.
+
+    :param metrics: write the data file's column metrics (:func:`.data_file_to_json`); a task that only
+        reads and replaces the file passes ``False``. Delete files are always written whole.
+    """
     data_file = scanned.data_file
     return {
-        "data-file": data_file_to_json(data_file, specs[data_file.spec_id], schema),
+        "data-file": data_file_to_json(data_file, specs[data_file.spec_id], schema, metrics=metrics),
         "data-sequence-number": scanned.data_sequence_number,
         "delete-files": [
             {

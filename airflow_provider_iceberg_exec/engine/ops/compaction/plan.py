@@ -157,7 +157,11 @@ def _rewrite_task(
     metadata: TableMetadata,
 ) -> RewriteTask:
     """The task of one planned group. Which delete files the commit drops is decided at commit time,
-    on the head it commits on, so the task carries only its inputs and the deletes that apply to them."""
+    on the head it commits on, so the task carries only its inputs and the deletes that apply to them.
+
+    The inputs go without their column metrics: the rewrite reads none, and the commit removes the base
+    manifest's own entry of each file; on a table of many small files they were most of the plan's size
+    and of its time (50,000 files: 48 MB of JSON and 26 of 38 profiled seconds)."""
     specs, schema = metadata.specs(), metadata.schema()
     return RewriteTask(
         schema=REWRITE_TASK,
@@ -174,7 +178,9 @@ def _rewrite_task(
         needs_repartition=group.needs_repartition,
         input_bytes=group.input_bytes,
         data_files=[
-            scanned_to_json(c.handle, specs, schema) for c in group.files if isinstance(c.handle, ScannedFile)
+            scanned_to_json(c.handle, specs, schema, metrics=False)
+            for c in group.files
+            if isinstance(c.handle, ScannedFile)
         ],
     )
 
