@@ -189,6 +189,34 @@ class _EntryLayout:
 _AVRO_BLOCK_BYTES = 64 * 1024
 
 
+def _varint(integer: int) -> bytes:
+    """Avro's zig-zag varint of ``integer``, as ``BinaryEncoder.write_int`` writes it."""
+    datum = (integer << 1) ^ (integer >> 63)
+    out = bytearray()
+    while datum & ~0x7F:
+        out.append((datum & 0x7F) | 0x80)
+        datum >>= 7
+    out.append(datum)
+    return bytes(out)
+
+
+#: The varints of the small integers a manifest entry is mostly made of (field ids, counts, lengths).
+_SMALL_INT_MIN, _SMALL_INT_MAX = -(1 << 13), 1 << 14
+_SMALL_VARINTS = [_varint(i) for i in range(_SMALL_INT_MIN, _SMALL_INT_MAX)]
+
+
+class _ManifestEntryEncoder(BinaryEncoder):
+    """PyIceberg's encoder, the same bytes, with one write per integer instead of one per byte: a manifest
+    entry with column metrics is about 130 integers, and writing them was most of a commit's time on
+    tables of many small files."""
+
+    def write_int(self, integer: int) -> None:
+        if _SMALL_INT_MIN <= integer < _SMALL_INT_MAX:
+            self._output_stream.write(_SMALL_VARINTS[integer - _SMALL_INT_MIN])
+        else:
+            self._output_stream.write(_varint(integer))
+
+
 class _BlockedAvroOutputFile(AvroOutputFile[ManifestEntry]):
     """PyIceberg's Avro writer with entries gathered into blocks of about 64 KiB, as Java writes them.
 
@@ -199,7 +227,7 @@ class _BlockedAvroOutputFile(AvroOutputFile[ManifestEntry]):
     def __enter__(self) -> _BlockedAvroOutputFile:
         super().__enter__()
         self._pending = io.BytesIO()
-        self._pending_encoder = BinaryEncoder(self._pending)
+        self._pending_encoder = _ManifestEntryEncoder(self._pending)
         self._pending_count = 0
         return self
 
@@ -228,7 +256,7 @@ class _BlockedAvroOutputFile(AvroOutputFile[ManifestEntry]):
             self.encoder.write(content)
         self.encoder.write(self.sync_bytes)
         self._pending = io.BytesIO()
-        self._pending_encoder = BinaryEncoder(self._pending)
+        self._pending_encoder = _ManifestEntryEncoder(self._pending)
         self._pending_count = 0
 
     def __exit__(

@@ -64,6 +64,8 @@ FENCE_NAMES = {
         "_inherit_from_manifest",
         "_meta",
         "_output_file",
+        # the manifest writer's encoder writes each integer's varint to BinaryEncoder's stream at once
+        "_output_stream",
     },
 }
 
