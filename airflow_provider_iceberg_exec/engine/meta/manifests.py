@@ -132,14 +132,14 @@ def referenced_data_file(data_file: DataFile) -> str | None:
     return value if isinstance(value, str) else None
 
 
+#: position of each field in the v3 layout of a content file (a commit asks once per file it removes)
+_V3_POSITIONS = {field.name: position for position, field in enumerate(DATA_FILE_TYPE[3].fields)}
+
+
 def v3_field(data_file: DataFile, name: str) -> Any:
     """A format-version 3 field of a content file (``content_offset``, ...), or ``None`` when absent."""
-    from pyiceberg.manifest import DATA_FILE_TYPE
-
-    for position, field in enumerate(DATA_FILE_TYPE[3].fields):
-        if field.name == name:
-            return data_file[position] if len(data_file) > position else None
-    return None  # pragma: no cover - every name asked for is a v3 field
+    position = _V3_POSITIONS[name]  # every name asked for is a v3 field
+    return data_file[position] if len(data_file) > position else None
 
 
 def read_manifest_entries(
