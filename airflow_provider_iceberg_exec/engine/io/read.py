@@ -83,6 +83,10 @@ class ProjectionCache:
     def __init__(self) -> None:
         self._schemas: dict[bytes, Schema] = {}
         self._projections: dict[tuple[bytes, tuple[tuple[int, object], ...]], _Projection] = {}
+        #: the last file's (Arrow schema, spec id, partition) and projection: the next file nearly always
+        #: has the same, and comparing schemas costs far less than the cache key (measured per 20-row file:
+        #: 0.06 ms of 0.65)
+        self.last: tuple[pa.Schema, int, object, _Projection] | None = None
 
     def file_schema(self, key: bytes, build: Callable[[], Schema]) -> Schema:
         if (found := self._schemas.get(key)) is None:
@@ -309,6 +313,14 @@ def _projection(
     format_version: int,
 ) -> _Projection:
     """The columns to read from a file of ``arrow_schema`` and the projection of its batches."""
+    last = cache.last
+    if (
+        last is not None
+        and last[1] == spec.spec_id
+        and last[2] == data_file.partition
+        and arrow_schema.equals(last[0], check_metadata=True)
+    ):
+        return last[3]
     from pyiceberg.io.pyarrow import pyarrow_to_schema
     from pyiceberg.schema import prune_columns
     from pyiceberg.types import ListType, MapType
@@ -317,7 +329,6 @@ def _projection(
         batch_projection,
         partition_projection_values,
     )
-
     key = arrow_schema.serialize().to_pybytes()
 
     def to_iceberg() -> Schema:
@@ -353,7 +364,9 @@ def _projection(
         columns = [column.name for column in file_projection.columns]
         return _Projection(columns, project, _fast_order(table_schema, file_projection))
 
-    return cache.projection(key, missing_values, build)
+    projection = cache.projection(key, missing_values, build)
+    cache.last = (arrow_schema, spec.spec_id, data_file.partition, projection)
+    return projection
 
 
 def read_batch_rows(data_file: DataFile, minimum: int) -> int:

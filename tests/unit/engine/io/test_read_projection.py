@@ -162,3 +162,37 @@ def test_a_small_file_read_whole_gives_the_streamed_rows(
         )
     )
     assert pa.Table.from_batches(got).equals(pa.Table.from_batches(_reference(data_file)))
+
+
+def test_files_of_one_schema_in_other_partitions_get_their_own_fill_values(tmp_path: Path) -> None:
+    """A column a file lacks but an identity partition fixes is filled from that file's partition, even
+    when the file before it had the same schema (the cache's last-file shortcut must not reuse it)."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    spec = PartitionSpec(PartitionField(3, 1000, IdentityTransform(), "qty"), spec_id=1)
+    cache = ProjectionCache()
+    got = []
+    for number, qty in enumerate((7, 7, 9, 7)):
+        written = _write(tmp_path / f"f{number}.parquet", MISSING, rows=3, start=number * 3)
+        data_file = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=written.file_path,
+            file_format=FileFormat.PARQUET,
+            partition=Record(qty),
+            record_count=3,
+            file_size_in_bytes=written.file_size_in_bytes,
+            spec_id=1,
+        )
+        batches = iter_data_file_batches(
+            PyArrowFileIO(),
+            data_file,
+            table_schema=TABLE,
+            spec=spec,
+            name_mapping=None,
+            format_version=2,
+            batch_size=64,
+            cache=cache,
+        )
+        got.append(pa.Table.from_batches(list(batches)).column("qty").to_pylist())
+    assert got == [[7] * 3, [7] * 3, [9] * 3, [7] * 3]
