@@ -777,7 +777,10 @@ def _engine_digest() -> str:
     """A digest of the engine's sources as they are now (others may edit them between cases)."""
     digest = hashlib.sha256()
     root = os.environ.get(CODE_ROOT_ENV, REPO)
-    for path in sorted(glob.glob(os.path.join(root, "airflow_provider_iceberg_exec", "engine", "*.py"))):
+    engine = os.path.join(root, "airflow_provider_iceberg_exec", "engine")
+    # every module of every layer (engine/*.py alone missed ops/, io/, ... since the engine has layers)
+    for path in sorted(glob.glob(os.path.join(engine, "**", "*.py"), recursive=True)):
+        digest.update(os.path.relpath(path, engine).encode())
         with open(path, "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()[:12]
