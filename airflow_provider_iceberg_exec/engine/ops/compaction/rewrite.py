@@ -389,27 +389,37 @@ def _run_lanes(
 ) -> list[DataFile]:
     """Run ``rewrite`` over every lane at once (one lane: on this thread); the files in lane order.
 
-    The first lane to fail stops the others (they check between batches) and its error is raised once
+    The first lane to fail stops the others (they check between batches), and its error is raised once
     every lane has returned, so that the caller aborts writers no thread still writes to.
     """
-    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+    from concurrent.futures import ThreadPoolExecutor, wait
 
     if len(runs) == 1:
         return rewrite(runs[0], None)
     stop = threading.Event()
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def lane(run: _LaneRun) -> list[DataFile]:
+        try:
+            return rewrite(run, stop)
+        except _Stopped:
+            raise
+        except BaseException as err:
+            with lock:
+                failures.append(err)
+            stop.set()
+            raise
+
     pool = ThreadPoolExecutor(max_workers=len(runs), thread_name_prefix="iceberg-exec-lane")
     try:
-        futures = [pool.submit(rewrite, run, stop) for run in runs]
-        wait(futures, return_when=FIRST_EXCEPTION)
-        if any(f.done() and f.exception() is not None for f in futures):
-            stop.set()
+        futures = [pool.submit(lane, run) for run in runs]
+        wait(futures)
     except BaseException:  # interrupted while waiting: stop the lanes before the caller aborts
         stop.set()
         raise
     finally:
         pool.shutdown(wait=True)
-    errors = [f.exception() for f in futures]
-    failed = [e for e in errors if e is not None and not isinstance(e, _Stopped)]
-    if failed:
-        raise failed[0]
+    if failures:
+        raise failures[0]
     return [data_file for future in futures for data_file in future.result()]
