@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -95,8 +96,10 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         try:
             added = _run_lanes(runs, rewrite)
         except BaseException as err:
-            for run in runs:
-                run.writer.abort()
+            # Every writer is aborted, even when removing another one's files failed.
+            with contextlib.ExitStack() as aborts:
+                for run in runs:
+                    aborts.callback(run.writer.abort)
             mapped = resource_error(err)
             if mapped is err:
                 raise
