@@ -3,7 +3,8 @@ lane a contiguous share of the group's files with its own reader and writer, run
 rows and checksum (PyIceberg's scan) are kept, unpartitioned and partitioned, with position deletes;
 each lane adds at most one file under the target size; a group with equality deletes or under two
 target sizes keeps one lane; a failure in either lane removes every file both wrote and leaves the
-table as it was. (v3 row lineage across lanes: tests/integration/test_v3_commit.py.)
+table as it was; progress counts both lanes. (v3 row lineage across lanes:
+tests/integration/test_v3_commit.py.)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction
+from airflow_provider_iceberg_exec.engine.progress import Progress, listening
 from tests.helpers import (
     commit_position_deletes,
     data_files,
@@ -141,6 +143,31 @@ def test_a_group_of_several_target_sizes_is_written_in_two_lanes_and_keeps_every
     _assert_files_are_sane(table, int(options["target-file-size-bytes"]), lanes=2)
     partitions = {tuple(f.partition) for f in data_files(table)}
     assert partitions == ({(c,) for c in categories} if len(categories) > 1 else {()})
+
+
+def test_progress_counts_the_files_and_rows_of_both_lanes(
+    catalog: SqlCatalog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Both lanes advance the one tracker from their own threads: monotone, reaching the plan's totals."""
+    caplog.set_level(logging.INFO, logger=REWRITE_LOG)
+    table = _table(catalog)
+    inputs = data_files(table)
+    events: list[Progress] = []
+
+    with listening(events.append):
+        compact(table, options=_options(table, 3.5), limits=_two_cores(tmp_path))
+
+    assert _lanes_of_groups(caplog) == [2]
+    for name in ("files_done", "bytes_done", "rows"):
+        values = [getattr(e, name) for e in events]
+        assert values == sorted(values), name
+    last = events[-1]
+    assert last.phase == "done"
+    assert (last.files_done, last.bytes_done, last.rows) == (
+        len(inputs),
+        sum(f.file_size_in_bytes for f in inputs),
+        FILES * ROWS_PER_FILE,
+    )
 
 
 def test_the_lanes_files_come_back_in_lane_order(catalog: SqlCatalog, tmp_path: Path) -> None:
