@@ -42,7 +42,8 @@ class ResourceLimits:
     :param memory_limit_bytes: the DataFusion memory pool and the budget the readers and writers are sized
         from; peak RSS stays within this plus a fixed overhead (interpreter and libraries).
     :param spill_dir: where spill files and staging files go; must be writable.
-    :param target_partitions: DataFusion parallelism (default: the number of cores).
+    :param target_partitions: the cores the execution is given (default: the machine's): DataFusion's
+        parallelism, and with the memory limit the writers run at once (:attr:`file_workers`).
     :param batch_size: rows per record batch.
     """
 
@@ -69,7 +70,9 @@ class ResourceLimits:
 
     @property
     def file_workers(self) -> int:
-        """Data files rewritten at once: one per core, as long as each gets four writer buffers."""
+        """Writers run at once (copy-on-write's data files, a binpack group's lanes): one per core, as long
+        as each gets four writer buffers of the limit. Derived, not configured: the engine sizes its
+        readers and writers from the limit, so the limit and the cores are the only knobs."""
         return max(1, min(self.target_partitions, self.memory_limit_bytes // (4 * self.writer_buffer_bytes)))
 
 

@@ -11,6 +11,7 @@ written out here independently of the engine's reader).
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,8 @@ from pyiceberg.types import LongType, NestedField, StringType
 from airflow_provider_iceberg_exec.engine.commit.snapshots import commit_row_delta
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import load_table
-from tests.helpers import live_checksum, local_path
-from tests.integration.compaction_support import run_compact
+from tests.helpers import data_files, live_checksum, local_path
+from tests.integration.compaction_support import limits, run_compact
 
 pytestmark = pytest.mark.integration
 
@@ -192,6 +193,33 @@ def _assert_written_explicitly(table: Table, expected: Lineage) -> None:
         )
         for row in written.to_pylist():
             assert (row["_row_id"], row["_last_updated_sequence_number"]) == expected[row["id"]]
+
+
+def test_a_binpack_in_two_lanes_keeps_every_rows_id_and_sequence(
+    catalog: SqlCatalog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lineage is made explicit per input file (its first_row_id, its data sequence number), so each lane
+    of a group split in two carries its own files' ids and sequence numbers."""
+    table = _upgraded(catalog)
+    _append(table, 30, 20)
+    table = _reloaded(catalog)
+    before = _lineage(table)
+    checksum = live_checksum(table)
+    target = sum(f.file_size_in_bytes for f in data_files(table)) // 3
+    caplog.set_level(logging.INFO, logger="airflow_provider_iceberg_exec.engine.ops.compaction.rewrite")
+
+    run_compact(
+        table,
+        tmp_path,
+        options={"rewrite-all": "true", "target-file-size-bytes": str(target)},
+        limits=limits(tmp_path, target_partitions=2),
+    )
+    table = _reloaded(catalog)
+
+    assert "in 2 lane(s)" in caplog.text
+    assert live_checksum(table) == checksum
+    assert _lineage(table) == before
+    _assert_written_explicitly(table, before)
 
 
 def test_compaction_as_the_first_v3_commit_leaves_pre_upgrade_rows_to_inherit(
