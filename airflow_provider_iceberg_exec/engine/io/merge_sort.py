@@ -1,0 +1,321 @@
+"""An external merge sort under the memory limit: sorted runs by PyArrow, merged by DataFusion.
+
+Rows come in batches. Every :attr:`MergePlan.run_bytes` of them (a sixteenth of the limit) are sorted in
+memory by PyArrow (``sort_indices`` and ``take``, which release the GIL) and written as one run file
+(Arrow IPC, LZ4) into the spill directory, while a second thread collects the next run from the input. DataFusion
+then merges the sorted runs: a SortPreservingMerge over scans declared sorted, so it neither sorts nor
+spills itself, and each input holds only a row group and a batch or two. At most
+:attr:`MergePlan.fan_in` runs are merged at once; with more, groups of them are first merged into longer
+runs (one more pass each time). Rows that fit one run never touch the disk.
+
+Both sides order rows the same way: DataFusion compares floating-point values by their total order
+(``-NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN``), so PyArrow sorts a floating-point key by an
+integer that orders as that total order does (:func:`_total_order`); every other key type (whole numbers,
+decimals, dates, timestamps, booleans, strings and binaries by their bytes) compares the same in both.
+Equal keys keep no particular order (the sort is not stable).
+
+Before this, DataFusion's own external sort took the staged rows: in batches small enough to keep its
+merge of spill files (every one open at once, their read buffers outside the memory pool) under the
+limit, on one core, at about 2.5x the time of this (docs/benchmarks.md, "Sort").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.io.read import read_ahead
+from airflow_provider_iceberg_exec.engine.io.session import build_session
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["MergePlan", "SortColumn", "external_sort", "merge_plan"]
+
+log = logging.getLogger(__name__)
+
+#: a sort column: (name, ascending, nulls_first)
+SortColumn = tuple[str, bool, bool]
+
+#: compression of the run files' buffers
+_RUN_COMPRESSION = "lz4"
+#: what one input of a merge holds at most, for the fan-in: a compressed and a decoded batch, a cursor
+_MERGE_INPUT_BYTES = 1 << 20
+_MIN_FAN_IN = 2
+_MAX_FAN_IN = 256
+#: bytes of each batch of a run file (the merge reads one at a time from each run)
+_MERGE_BATCH_BYTES = 128 << 10
+#: a run is a sixteenth of the limit, within these bounds: a small run is sorted and taken from in the
+#: CPU's caches (4M rows: sort + take 0.9 s CPU in 64 MiB runs, 0.4 s in 16 MiB ones), and three of them
+#: are held at once (one collected, one sorted and its sorted copy)
+_RUN_SHARE = 16
+_MIN_RUN_BYTES = 1 << 20
+_MAX_RUN_BYTES = 32 << 20
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """How an external sort splits its budget.
+
+    :param run_bytes: Arrow bytes of input sorted in memory at a time (one run).
+    :param fan_in: runs one merge reads at once.
+    """
+
+    run_bytes: int
+    fan_in: int
+
+
+def merge_plan(limits: ResourceLimits) -> MergePlan:
+    """The plan for ``limits``: runs of a sixteenth of the limit (at most 32 MiB), and as many merge inputs
+    as half the limit holds.
+
+    >>> from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    >>> merge_plan(ResourceLimits(memory_limit_bytes=256 << 20))
+    MergePlan(run_bytes=16777216, fan_in=128)
+    >>> merge_plan(ResourceLimits(memory_limit_bytes=64 << 20))
+    MergePlan(run_bytes=4194304, fan_in=32)
+    """
+    budget = limits.memory_limit_bytes
+    fan_in = max(_MIN_FAN_IN, min(_MAX_FAN_IN, budget // 2 // _MERGE_INPUT_BYTES))
+    run_bytes = max(_MIN_RUN_BYTES, min(_MAX_RUN_BYTES, budget // _RUN_SHARE))
+    return MergePlan(run_bytes=run_bytes, fan_in=fan_in)
+
+
+def external_sort(
+    batches: Iterator[pa.RecordBatch],
+    order: Sequence[SortColumn],
+    limits: ResourceLimits,
+    spill_dir: str,
+    *,
+    prepare: Callable[[list[pa.RecordBatch]], pa.Table],
+    finish: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    plan: MergePlan | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Sort ``batches`` by ``order`` within ``limits``; spill files go under ``spill_dir`` and are removed.
+
+    :param prepare: turns one run's input batches into the table to sort (every run the same schema,
+        holding the columns of ``order``); runs on the sorting thread.
+    :param finish: turns the sorted stream of those tables' rows into the output; runs on a thread of its
+        own, beside the caller that consumes the output.
+    :param plan: the budget (default :func:`merge_plan` of ``limits``).
+    """
+    plan = plan or merge_plan(limits)
+    directory = os.path.join(spill_dir, "sort-runs")
+    runs: list[str] = []
+    handoff = _Handoff()
+    collected = read_ahead(_collect(batches, plan.run_bytes, handoff), depth=1)
+    try:
+        for raw, complete in collected:
+            handoff.taken()  # the next run is collected while this one is sorted and written
+            prepared = prepare(raw)
+            raw.clear()  # the run's batches are the prepared table's now: freed once it is sorted
+            table = _sort_table(prepared, order)
+            del prepared
+            _release_memory()
+            if not runs and not complete:  # the only run: no file, no merge
+                yield from _finished(finish, iter(table.to_batches(max_chunksize=_batch_rows(table))))
+                return
+            runs.append(_write_run(table, directory, len(runs)))
+            del table
+            _release_memory()
+        if not runs:
+            return
+        passes = 0
+        while len(runs) > plan.fan_in:
+            passes += 1
+            runs = _merge_pass(runs, order, limits, spill_dir, directory, plan, passes)
+        log.debug("merging %d sorted runs after %d extra passes", len(runs), passes)
+        yield from _finished(finish, _merged(runs, order, limits, spill_dir))
+    finally:
+        handoff.stop()
+        collected.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+class _Handoff:
+    """Lets the collecting thread start a run only once the sorting thread took the one before: at most
+    three runs are held at once (one collected, one sorted and its sorted copy), not one more queued."""
+
+    def __init__(self) -> None:
+        self._free = threading.Semaphore(1)
+        self.stopped = False
+
+    def wait(self) -> bool:
+        """Wait until the previous run was taken; ``False`` when the sort stopped."""
+        self._free.acquire()
+        return not self.stopped
+
+    def taken(self) -> None:
+        self._free.release()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._free.release()
+
+
+def _finished(
+    finish: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], rows: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``finish(rows)`` produced on its own thread, a few batches ahead of the caller."""
+    with closing(read_ahead(finish(rows), depth=4, max_bytes=16 << 20)) as out:
+        yield from out
+
+
+def _collect(
+    batches: Iterator[pa.RecordBatch], run_bytes: int, handoff: _Handoff
+) -> Iterator[tuple[list[pa.RecordBatch], bool]]:
+    """The input in runs of about ``run_bytes``, each with whether it is complete (not the input's end)."""
+    if not handoff.wait():
+        return
+    run: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        run.append(batch)
+        size += batch.nbytes
+        if size >= run_bytes:
+            yield run, True
+            run, size = [], 0
+            if not handoff.wait():
+                return
+    if run:
+        yield run, False
+
+
+def _release_memory() -> None:
+    """Hand freed buffers back: PyArrow's allocator keeps them cached otherwise."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+
+
+def _sort_table(table: pa.Table, order: Sequence[SortColumn]) -> pa.Table:
+    """``table`` sorted by ``order``, as DataFusion orders rows (floating-point keys by total order)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = pa.table(
+        [_total_order(table.column(name).combine_chunks()) for name, _asc, _nulls in order],
+        names=[f"k{i}" for i in range(len(order))],
+    )
+    sort_keys = [
+        (f"k{i}", "ascending" if ascending else "descending", "at_start" if nulls_first else "at_end")
+        for i, (_name, ascending, nulls_first) in enumerate(order)
+    ]
+    indices = pc.sort_indices(keys, sort_keys=sort_keys)
+    del keys
+    # Column by column: taking from a chunked table joins its chunks first, a whole copy more at once.
+    return pa.Table.from_arrays(
+        [table.column(i).take(indices).combine_chunks() for i in range(table.num_columns)], schema=table.schema
+    )
+
+
+def _total_order(column: pa.Array) -> pa.Array:
+    """A floating-point column as int64 values that order as DataFusion orders the floats (Rust's
+    ``total_cmp``: the sign bit, then the other bits flipped for negatives); any other column as it is.
+
+    >>> import pyarrow as pa
+    >>> values = pa.array([1.5, float("nan"), None, -float("inf"), -0.0, 0.0])
+    >>> pa.compute.sort_indices(_total_order(values)).to_pylist()
+    [3, 4, 5, 0, 1, 2]
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    if not pa.types.is_floating(column.type):
+        return column
+    values = column.cast(pa.float64()).to_numpy(zero_copy_only=False).view(np.int64)
+    ordered = values ^ ((values >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
+    mask = column.is_null().to_numpy(zero_copy_only=False) if column.null_count else None
+    return pa.array(ordered, pa.int64(), mask=mask)
+
+
+def _batch_rows(table: pa.Table) -> int:
+    row_bytes = max(1, table.nbytes // max(1, table.num_rows))
+    return max(1024, _MERGE_BATCH_BYTES // row_bytes)
+
+
+def _run_writer(path: str, schema: pa.Schema) -> Any:
+    """A run file: Arrow IPC, LZ4-compressed buffers (written and read back at memory speed, once)."""
+    import pyarrow as pa
+
+    return pa.ipc.new_file(path, schema, options=pa.ipc.IpcWriteOptions(compression=_RUN_COMPRESSION))
+
+
+def _write_run(table: pa.Table, directory: str, number: int) -> str:
+    """One sorted run, in batches of about :data:`_MERGE_BATCH_BYTES`: the merge reads one at a time."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"run-{number:05d}.arrow")
+    with _run_writer(path, table.schema) as writer:
+        writer.write_table(table, max_chunksize=_batch_rows(table))
+    return path
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _merged(
+    runs: Sequence[str], order: Sequence[SortColumn], limits: ResourceLimits, spill_dir: str
+) -> Iterator[pa.RecordBatch]:
+    """The rows of the sorted ``runs``, merged in ``order`` by DataFusion."""
+    ctx = build_session(dataclasses.replace(limits, target_partitions=1), spill_dir)
+    # One scan per run, whole: a run split in byte ranges is two merge inputs, each with its buffers.
+    ctx.sql("SET datafusion.optimizer.repartition_file_scans = false").collect()
+    keys = ", ".join(
+        f"{_quoted(name)} {'ASC' if asc else 'DESC'} NULLS {'FIRST' if nulls_first else 'LAST'}"
+        for name, asc, nulls_first in order
+    )
+    for number, path in enumerate(runs):
+        # Declared sorted (an Arrow file cannot be registered with an order otherwise): the plan is a
+        # SortPreservingMerge over the runs' union, with no sort of its own.
+        location = path.replace("'", "''")
+        ctx.sql(f"CREATE EXTERNAL TABLE run{number} STORED AS ARROW LOCATION '{location}' WITH ORDER ({keys})").collect()
+    union = " UNION ALL ".join(f"SELECT * FROM run{number}" for number in range(len(runs)))
+    for batch in ctx.sql(f"SELECT * FROM ({union}) ORDER BY {keys}").execute_stream():
+        yield batch.to_pyarrow()
+
+
+def _merge_pass(
+    runs: list[str],
+    order: Sequence[SortColumn],
+    limits: ResourceLimits,
+    spill_dir: str,
+    directory: str,
+    plan: MergePlan,
+    number: int,
+) -> list[str]:
+    """Merge the runs in groups of ``plan.fan_in`` into longer runs; a group of one stays as it is."""
+    import pyarrow.parquet as pq
+
+    merged: list[str] = []
+    for start in range(0, len(runs), plan.fan_in):
+        group = runs[start : start + plan.fan_in]
+        if len(group) == 1:
+            merged.extend(group)
+            continue
+        path = os.path.join(directory, f"pass-{number:02d}-{len(merged):05d}.arrow")
+        writer = None
+        try:
+            rows = read_ahead(_merged(group, order, limits, spill_dir), depth=4, max_bytes=16 << 20)
+            with closing(rows):
+                for batch in rows:
+                    if writer is None:
+                        writer = _run_writer(path, batch.schema)
+                    writer.write_batch(batch)
+        finally:
+            if writer is not None:
+                writer.close()
+        for done in group:
+            os.remove(done)
+        merged.append(path)
+    return merged
