@@ -2,11 +2,13 @@
 
 Rows come in batches. Every :attr:`MergePlan.run_bytes` of them (a sixteenth of the limit) are sorted in
 memory by PyArrow (``sort_indices`` and ``take``, which release the GIL) and written as one run file
-(Arrow IPC, LZ4) into the spill directory, while a second thread collects the next run from the input. DataFusion
-then merges the sorted runs: a SortPreservingMerge over scans declared sorted, so it neither sorts nor
-spills itself, and each input holds only a row group and a batch or two. At most
-:attr:`MergePlan.fan_in` runs are merged at once; with more, groups of them are first merged into longer
-runs (one more pass each time). Rows that fit one run never touch the disk.
+(Arrow IPC, uncompressed) into the spill directory. Two runs are sorted at once, each on a thread of its own,
+while the caller's thread collects the next from the input (read ahead on another thread): the runs are
+small enough to be sorted in the CPU's caches. DataFusion then merges the sorted runs: a
+SortPreservingMerge over scans declared sorted, so it neither sorts nor spills itself, and each input
+holds one batch of its run at a time. At most :attr:`MergePlan.fan_in` runs are merged at once; with
+more, groups of them are first merged into longer runs (one more pass each time). Rows that fit one run
+never touch the disk.
 
 Both sides order rows the same way: DataFusion compares floating-point values by their total order
 (``-NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN``), so PyArrow sorts a floating-point key by an
@@ -16,17 +18,18 @@ Equal keys keep no particular order (the sort is not stable).
 
 Before this, DataFusion's own external sort took the staged rows: in batches small enough to keep its
 merge of spill files (every one open at once, their read buffers outside the memory pool) under the
-limit, on one core, at about 2.5x the time of this (docs/benchmarks.md, "Sort").
+limit, mostly on one core (docs/benchmarks.md, "Sort").
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
 import shutil
-import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,12 +48,14 @@ log = logging.getLogger(__name__)
 #: a sort column: (name, ascending, nulls_first)
 SortColumn = tuple[str, bool, bool]
 
-#: compression of the run files' buffers
-_RUN_COMPRESSION = "lz4"
+#: compression of the run files' buffers: none, as DataFusion's own spill files (LZ4 cost 4M rows 0.8 s CPU more)
+_RUN_COMPRESSION: str | None = None
 #: what one input of a merge holds at most, for the fan-in: a compressed and a decoded batch, a cursor
 _MERGE_INPUT_BYTES = 1 << 20
 _MIN_FAN_IN = 2
 _MAX_FAN_IN = 256
+#: runs sorted and written at once, each on its own thread (beside the thread that reads the input)
+_SORTERS = 2
 #: bytes of each batch of a run file (the merge reads one at a time from each run)
 _MERGE_BATCH_BYTES = 128 << 10
 #: a run is a sixteenth of the limit, within these bounds: a small run is sorted and taken from in the
@@ -102,7 +107,7 @@ def external_sort(
     """Sort ``batches`` by ``order`` within ``limits``; spill files go under ``spill_dir`` and are removed.
 
     :param prepare: turns one run's input batches into the table to sort (every run the same schema,
-        holding the columns of ``order``); runs on the sorting thread.
+        holding the columns of ``order``); runs on the sorting threads, two at once.
     :param finish: turns the sorted stream of those tables' rows into the output; runs on a thread of its
         own, beside the caller that consumes the output.
     :param plan: the budget (default :func:`merge_plan` of ``limits``).
@@ -110,22 +115,21 @@ def external_sort(
     plan = plan or merge_plan(limits)
     directory = os.path.join(spill_dir, "sort-runs")
     runs: list[str] = []
-    handoff = _Handoff()
-    collected = read_ahead(_collect(batches, plan.run_bytes, handoff), depth=1)
+    sorting: collections.deque[Future[str]] = collections.deque()
+    sorters = ThreadPoolExecutor(max_workers=_SORTERS, thread_name_prefix="iceberg-exec-sort")
     try:
-        for raw, complete in collected:
-            handoff.taken()  # the next run is collected while this one is sorted and written
-            prepared = prepare(raw)
-            raw.clear()  # the run's batches are the prepared table's now: freed once it is sorted
-            table = _sort_table(prepared, order)
-            del prepared
-            _release_memory()
-            if not runs and not complete:  # the only run: no file, no merge
+        for raw, complete in _collect(batches, plan.run_bytes):
+            if not sorting and not runs and not complete:  # the only run: no file, no merge
+                table = _sorted_run(raw, prepare, order)
                 yield from _finished(finish, iter(table.to_batches(max_chunksize=_batch_rows(table))))
                 return
-            runs.append(_write_run(table, directory, len(runs)))
-            del table
-            _release_memory()
+            while len(sorting) >= _SORTERS:  # the input waits (its read-ahead fills) while both sort
+                runs.append(sorting.popleft().result())
+            number = len(runs) + len(sorting)
+            sorting.append(sorters.submit(_sort_and_spill, raw, prepare, order, directory, number))
+            del raw
+        while sorting:
+            runs.append(sorting.popleft().result())
         if not runs:
             return
         passes = 0
@@ -135,30 +139,39 @@ def external_sort(
         log.debug("merging %d sorted runs after %d extra passes", len(runs), passes)
         yield from _finished(finish, _merged(runs, order, limits, spill_dir))
     finally:
-        handoff.stop()
-        collected.close()
+        for future in sorting:
+            future.cancel()
+        sorters.shutdown(wait=True)  # a run still being written is finished before its directory goes
         shutil.rmtree(directory, ignore_errors=True)
 
 
-class _Handoff:
-    """Lets the collecting thread start a run only once the sorting thread took the one before: at most
-    three runs are held at once (one collected, one sorted and its sorted copy), not one more queued."""
+def _sorted_run(
+    raw: list[pa.RecordBatch],
+    prepare: Callable[[list[pa.RecordBatch]], pa.Table],
+    order: Sequence[SortColumn],
+) -> pa.Table:
+    """One run's batches prepared and sorted; ``raw`` is emptied (its batches are freed with the sort)."""
+    prepared = prepare(raw)
+    raw.clear()
+    table = _sort_table(prepared, order)
+    del prepared
+    _release_memory()
+    return table
 
-    def __init__(self) -> None:
-        self._free = threading.Semaphore(1)
-        self.stopped = False
 
-    def wait(self) -> bool:
-        """Wait until the previous run was taken; ``False`` when the sort stopped."""
-        self._free.acquire()
-        return not self.stopped
-
-    def taken(self) -> None:
-        self._free.release()
-
-    def stop(self) -> None:
-        self.stopped = True
-        self._free.release()
+def _sort_and_spill(
+    raw: list[pa.RecordBatch],
+    prepare: Callable[[list[pa.RecordBatch]], pa.Table],
+    order: Sequence[SortColumn],
+    directory: str,
+    number: int,
+) -> str:
+    """One run sorted and written as a run file (on a sorting thread); its path."""
+    table = _sorted_run(raw, prepare, order)
+    path = _write_run(table, directory, number)
+    del table
+    _release_memory()
+    return path
 
 
 def _finished(
@@ -170,11 +183,9 @@ def _finished(
 
 
 def _collect(
-    batches: Iterator[pa.RecordBatch], run_bytes: int, handoff: _Handoff
+    batches: Iterator[pa.RecordBatch], run_bytes: int
 ) -> Iterator[tuple[list[pa.RecordBatch], bool]]:
     """The input in runs of about ``run_bytes``, each with whether it is complete (not the input's end)."""
-    if not handoff.wait():
-        return
     run: list[pa.RecordBatch] = []
     size = 0
     for batch in batches:
@@ -185,8 +196,6 @@ def _collect(
         if size >= run_bytes:
             yield run, True
             run, size = [], 0
-            if not handoff.wait():
-                return
     if run:
         yield run, False
 
@@ -215,7 +224,8 @@ def _sort_table(table: pa.Table, order: Sequence[SortColumn]) -> pa.Table:
     del keys
     # Column by column: taking from a chunked table joins its chunks first, a whole copy more at once.
     return pa.Table.from_arrays(
-        [table.column(i).take(indices).combine_chunks() for i in range(table.num_columns)], schema=table.schema
+        [table.column(i).take(indices).combine_chunks() for i in range(table.num_columns)],
+        schema=table.schema,
     )
 
 
@@ -245,7 +255,7 @@ def _batch_rows(table: pa.Table) -> int:
 
 
 def _run_writer(path: str, schema: pa.Schema) -> Any:
-    """A run file: Arrow IPC, LZ4-compressed buffers (written and read back at memory speed, once)."""
+    """A run file: Arrow IPC (written and read back at memory speed, once)."""
     import pyarrow as pa
 
     return pa.ipc.new_file(path, schema, options=pa.ipc.IpcWriteOptions(compression=_RUN_COMPRESSION))
@@ -279,7 +289,9 @@ def _merged(
         # Declared sorted (an Arrow file cannot be registered with an order otherwise): the plan is a
         # SortPreservingMerge over the runs' union, with no sort of its own.
         location = path.replace("'", "''")
-        ctx.sql(f"CREATE EXTERNAL TABLE run{number} STORED AS ARROW LOCATION '{location}' WITH ORDER ({keys})").collect()
+        ctx.sql(
+            f"CREATE EXTERNAL TABLE run{number} STORED AS ARROW LOCATION '{location}' WITH ORDER ({keys})"
+        ).collect()
     union = " UNION ALL ".join(f"SELECT * FROM run{number}" for number in range(len(runs)))
     for batch in ctx.sql(f"SELECT * FROM ({union}) ORDER BY {keys}").execute_stream():
         yield batch.to_pyarrow()
@@ -295,7 +307,6 @@ def _merge_pass(
     number: int,
 ) -> list[str]:
     """Merge the runs in groups of ``plan.fan_in`` into longer runs; a group of one stays as it is."""
-    import pyarrow.parquet as pq
 
     merged: list[str] = []
     for start in range(0, len(runs), plan.fan_in):

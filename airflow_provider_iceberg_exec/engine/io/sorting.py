@@ -8,6 +8,7 @@ table's order; only then are output files stamped with that order's id.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -206,55 +207,71 @@ def sort_for_output(
 ) -> Iterator[pa.RecordBatch]:
     """Sort rows by the output partition, then by ``keys``, under the memory limit.
 
-    An external merge sort (:mod:`.merge_sort`): runs of a quarter of the limit sorted in memory and
+    An external merge sort (:mod:`.merge_sort`): runs of a sixteenth of the limit sorted in memory and
     spilled under ``spill_dir`` as sorted files, merged by DataFusion. Transformed keys become hidden
     columns, and a z-order of longs or timestamps replaces its columns with their z-value (they come back
-    from it after the sort); both are computed on the sorting thread, and the restore runs on a thread of
+    from it after the sort); both are computed on the sorting threads, and the restore runs on a thread of
     its own beside the caller's.
     """
     order, computed, restored = _sort_columns(keys, spec, schema)
-    dropped = {column for r in restored for column in r.columns}
-    check = _RestoreCheck(dropped)
-    names: list[str] = []
-    types: dict[str, pa.DataType] = {}
-    staged_schema: list[pa.Schema] = []
+    stager = _Stager(computed, restored)
+    yield from external_sort(batches, order, limits, spill_dir, prepare=stager.prepare, finish=stager.finish)
+    stager.check.verify()
 
-    def prepare(run: list[pa.RecordBatch]) -> pa.Table:
+
+class _Stager:
+    """The rows as sorted (hidden columns added, z-order columns replaced by their z-value) and back.
+
+    :meth:`prepare` runs on two sorting threads at once; :meth:`finish` on a thread of its own.
+    """
+
+    def __init__(self, computed: list[tuple[list[str], Any]], restored: list[_Restored]) -> None:
+        self.computed = computed
+        self.restored = restored
+        self.dropped = {column for r in restored for column in r.columns}
+        self.check = _RestoreCheck(self.dropped)
+        self.names: list[str] = []
+        self.types: dict[str, pa.DataType] = {}
+        self._schema: pa.Schema | None = None
+        self._lock = threading.Lock()
+
+    def prepare(self, run: list[pa.RecordBatch]) -> pa.Table:
+        """One run's batches as they are sorted, in one schema."""
         import pyarrow as pa
 
-        if not names:
-            names.extend(run[0].schema.names)
-            types.update({f.name: f.type for f in run[0].schema})
+        with self._lock:
+            if not self.names:
+                self.names.extend(run[0].schema.names)
+                self.types.update({f.name: f.type for f in run[0].schema})
+            for batch in run:
+                for column in self.dropped:
+                    self.check.staged[column].add(batch.column(column))
+        kept = [name for name in self.names if name not in self.dropped]
+        hidden = [name for names, _fn in self.computed for name in names]
         staged_batches = []
         for batch in run:
-            for column in dropped:
-                check.staged[column].add(batch.column(column))
             staged = pa.RecordBatch.from_arrays(
                 [
-                    *(batch.column(name) for name in names if name not in dropped),
-                    *(array for _names, fn in computed for array in fn(batch)),
+                    *(batch.column(name) for name in kept),
+                    *(a for _names, fn in self.computed for a in fn(batch)),
                 ],
-                names=[
-                    *(name for name in names if name not in dropped),
-                    *(name for hidden, _fn in computed for name in hidden),
-                ],
+                names=[*kept, *hidden],
             )
             # Files of one table project to string or large_string as each was written: one schema.
-            if not staged_schema:
-                staged_schema.append(staged.schema)
-            elif not staged.schema.equals(staged_schema[0]):
-                staged = staged.cast(staged_schema[0])
+            with self._lock:
+                if self._schema is None:
+                    self._schema = staged.schema
+            if not staged.schema.equals(self._schema):
+                staged = staged.cast(self._schema)
             staged_batches.append(staged)
         return pa.Table.from_batches(staged_batches)
 
-    def finish(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for sorted_batch in _sorted_rows(rows, names, types, restored):
-            for column in dropped:
-                check.restored[column].add(sorted_batch.column(column))
+    def finish(self, rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The sorted rows' own columns, the z-order columns got back from their z-values."""
+        for sorted_batch in _sorted_rows(rows, self.names, self.types, self.restored):
+            for column in self.dropped:
+                self.check.restored[column].add(sorted_batch.column(column))
             yield sorted_batch
-
-    yield from external_sort(batches, order, limits, spill_dir, prepare=prepare, finish=finish)
-    check.verify()
 
 
 class _Digest:
@@ -346,7 +363,10 @@ _RESTORE_ROWS = 16384
 
 
 def _sorted_rows(
-    batches: Iterator[pa.RecordBatch], names: list[str], types: dict[str, pa.DataType], restored: list[_Restored]
+    batches: Iterator[pa.RecordBatch],
+    names: list[str],
+    types: dict[str, pa.DataType],
+    restored: list[_Restored],
 ) -> Iterator[pa.RecordBatch]:
     """The sorted rows' columns ``names`` (with :func:`_restore` on batches of :data:`_RESTORE_ROWS`)."""
     import pyarrow as pa
