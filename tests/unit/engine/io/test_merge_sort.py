@@ -20,9 +20,7 @@ ORDER: list[SortColumn] = [("g", True, False), ("f", False, True), ("s", True, T
 
 def _rows(count: int, seed: int = 7) -> pa.Table:
     rng = np.random.default_rng(seed)
-    floats = rng.choice(
-        np.array([1.5, -1.5, 0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 2.25, -7.0]), count
-    )
+    floats = rng.choice(np.array([1.5, -1.5, 0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 2.25, -7.0]), count)
     return pa.table(
         {
             "g": pa.array(rng.integers(0, 5, count), pa.int64(), mask=rng.random(count) < 0.1),
@@ -106,7 +104,8 @@ def test_runs_are_spilled_into_the_spill_directory_only(tmp_path: Path, monkeypa
     first = next(out)
     assert first.num_rows
     runs = os.listdir(spill / "sort-runs")
-    assert 1 <= len(runs) <= 3 and all(name.endswith(".arrow") for name in runs)
+    assert 1 <= len(runs) <= 3
+    assert all(name.endswith(".arrow") for name in runs)
     rest = list(out)
     assert first.num_rows + sum(b.num_rows for b in rest) == 5000
     assert not (spill / "sort-runs").exists()
@@ -148,3 +147,41 @@ def test_an_error_while_finishing_is_raised_in_the_caller(tmp_path: Path) -> Non
     with pytest.raises(RuntimeError, match="restore failed"):
         list(out)
     assert not (tmp_path / "sort-runs").exists()
+
+
+@pytest.mark.parametrize("kind", [pa.decimal128(38, 0), pa.decimal256(76, 0)])
+def test_decimal_keys_come_out_in_datafusions_order(tmp_path: Path, kind: pa.DataType) -> None:
+    """Decimals are sorted by their limbs (the most significant signed): negatives, limbs that differ
+    only in the low word, nulls first ascending and descending."""
+    import decimal
+
+    rng = np.random.default_rng(3)
+    values = [
+        None
+        if rng.random() < 0.1
+        else decimal.Decimal(int(rng.integers(-(2**62), 2**62)) * int(rng.choice([1, 2**64 - 1, 3])))
+        for _ in range(3000)
+    ]
+    table = pa.table({"d": pa.array(values, kind), "id": pa.array(range(3000), pa.int64())})
+    for ascending in (True, False):
+        order: list[SortColumn] = [("d", ascending, True)]
+        out = pa.Table.from_batches(
+            list(
+                external_sort(
+                    _batches(table),
+                    order,
+                    ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
+                    str(tmp_path),
+                    prepare=pa.Table.from_batches,
+                    finish=lambda rows: rows,
+                    plan=MergePlan(run_bytes=8 << 10, fan_in=4),
+                )
+            )
+        )
+        expected = (
+            SessionContext()
+            .from_arrow(table)
+            .sort(col("d").sort(ascending=ascending, nulls_first=True))
+            .to_arrow_table()
+        )
+        assert out.column("d").to_pylist() == expected.column("d").to_pylist()
