@@ -60,8 +60,8 @@ _SORTERS = 2
 #: with batches of 8192 rows (of 80 bytes) than with 1024-row ones
 _MERGE_BATCH_BYTES = 128 << 10
 #: a run is a sixteenth of the limit, within these bounds: a small run is sorted and taken from in the
-#: CPU's caches (4M rows: sort + take 0.9 s CPU in 64 MiB runs, 0.4 s in 16 MiB ones), and three of them
-#: are held at once (one collected, one sorted and its sorted copy)
+#: CPU's caches (2M rows: sort + take 0.9 s CPU in 64 MiB runs, 0.4 s in 16 MiB ones), and five of them
+#: are held at once (one collected, two sorted and their sorted copies)
 _RUN_SHARE = 16
 _MIN_RUN_BYTES = 1 << 20
 _MAX_RUN_BYTES = 32 << 20
