@@ -59,6 +59,9 @@ _SORTERS = 2
 #: bytes of each batch of a run file: DataFusion's merge of Arrow files held about 30 MiB more per input
 #: with batches of 8192 rows (of 80 bytes) than with 1024-row ones
 _MERGE_BATCH_BYTES = 128 << 10
+#: bytes of each batch the merge hands on (at most ``limits.batch_size`` rows)
+_OUTPUT_BATCH_BYTES = 1 << 20
+_MIN_BATCH_ROWS = 64
 #: a run is a sixteenth of the limit, within these bounds: a small run is sorted and taken from in the
 #: CPU's caches (2M rows: sort + take 0.9 s CPU in 64 MiB runs, 0.4 s in 16 MiB ones), and five of them
 #: are held at once (one collected, two sorted and their sorted copies)
@@ -116,17 +119,22 @@ def external_sort(
     plan = plan or merge_plan(limits)
     directory = os.path.join(spill_dir, "sort-runs")
     runs: list[str] = []
+    row_bytes = 0  # of the first run, for the merge's batches
     sorting: collections.deque[Future[str]] = collections.deque()
     sorters = ThreadPoolExecutor(max_workers=_SORTERS, thread_name_prefix="iceberg-exec-sort")
     try:
         for raw, complete in _collect(batches, plan.run_bytes):
             if not sorting and not runs and not complete:  # the only run: no file, no merge
                 table = _sorted_run(raw, prepare, order)
-                yield from _finished(finish, iter(table.to_batches(max_chunksize=_batch_rows(table))))
+                rows = max(_MIN_BATCH_ROWS, min(limits.batch_size, _OUTPUT_BATCH_BYTES // _row_bytes(table)))
+                yield from _finished(finish, iter(table.to_batches(max_chunksize=rows)))
                 return
             while len(sorting) >= _SORTERS:  # the input waits (its read-ahead fills) while both sort
                 runs.append(sorting.popleft().result())
             number = len(runs) + len(sorting)
+            row_bytes = row_bytes or max(
+                1, sum(b.nbytes for b in raw) // max(1, sum(b.num_rows for b in raw))
+            )
             sorting.append(sorters.submit(_sort_and_spill, raw, prepare, order, directory, number))
             del raw
         while sorting:
@@ -136,9 +144,9 @@ def external_sort(
         passes = 0
         while len(runs) > plan.fan_in:
             passes += 1
-            runs = _merge_pass(runs, order, limits, spill_dir, directory, plan, passes)
+            runs = _merge_pass(runs, order, limits, spill_dir, directory, plan, passes, row_bytes)
         log.debug("merging %d sorted runs after %d extra passes", len(runs), passes)
-        yield from _finished(finish, _merged(runs, order, limits, spill_dir))
+        yield from _finished(finish, _merged(runs, order, limits, spill_dir, row_bytes))
     finally:
         for future in sorting:
             future.cancel()
@@ -275,8 +283,11 @@ def _sort_images(column: pa.Array) -> list[pa.Array]:
 
 def _batch_rows(table: pa.Table) -> int:
     """Rows of about :data:`_MERGE_BATCH_BYTES` of ``table`` (at least 1024)."""
-    row_bytes = max(1, int(table.nbytes) // max(1, int(table.num_rows)))
-    return max(1024, _MERGE_BATCH_BYTES // row_bytes)
+    return max(_MIN_BATCH_ROWS, _MERGE_BATCH_BYTES // _row_bytes(table))
+
+
+def _row_bytes(table: pa.Table) -> int:
+    return max(1, int(table.nbytes) // max(1, int(table.num_rows)))
 
 
 def _run_writer(path: str, schema: pa.Schema) -> Any:
@@ -300,10 +311,12 @@ def _quoted(name: str) -> str:
 
 
 def _merged(
-    runs: Sequence[str], order: Sequence[SortColumn], limits: ResourceLimits, spill_dir: str
+    runs: Sequence[str], order: Sequence[SortColumn], limits: ResourceLimits, spill_dir: str, row_bytes: int
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of the sorted ``runs``, merged in ``order`` by DataFusion."""
-    ctx = build_session(dataclasses.replace(limits, target_partitions=1), spill_dir)
+    """The rows of the sorted ``runs``, merged in ``order`` by DataFusion, in batches of at most
+    :data:`_OUTPUT_BATCH_BYTES` (rows of ``row_bytes``)."""
+    batch_rows = max(_MIN_BATCH_ROWS, min(limits.batch_size, _OUTPUT_BATCH_BYTES // max(1, row_bytes)))
+    ctx = build_session(dataclasses.replace(limits, target_partitions=1, batch_size=batch_rows), spill_dir)
     # One scan per run, whole: a run split in byte ranges is two merge inputs, each with its buffers.
     ctx.sql("SET datafusion.optimizer.repartition_file_scans = false").collect()
     keys = ", ".join(
@@ -330,6 +343,7 @@ def _merge_pass(
     directory: str,
     plan: MergePlan,
     number: int,
+    row_bytes: int,
 ) -> list[str]:
     """Merge the runs in groups of ``plan.fan_in`` into longer runs; a group of one stays as it is."""
     import pyarrow as pa
@@ -343,7 +357,8 @@ def _merge_pass(
         path = os.path.join(directory, f"pass-{number:02d}-{len(merged):05d}.arrow")
         writer = None
         try:
-            rows = read_ahead(_merged(group, order, limits, spill_dir), depth=4, max_bytes=16 << 20)
+            merged_rows = _merged(group, order, limits, spill_dir, row_bytes)
+            rows = read_ahead(merged_rows, depth=4, max_bytes=16 << 20)
             with closing(rows):
                 for batch in rows:
                     if writer is None:

@@ -185,3 +185,30 @@ def test_decimal_keys_come_out_in_datafusions_order(tmp_path: Path, kind: pa.Dat
             .to_arrow_table()
         )
         assert out.column("d").to_pylist() == expected.column("d").to_pylist()
+
+
+def test_wide_rows_are_merged_in_small_batches(tmp_path: Path) -> None:
+    """Rows of 40 KB: the run files and the merge's output come in batches of a few MB, not of 8192 rows
+    (a merge of four inputs of such batches would not fit a 32 MiB pool)."""
+    rng = np.random.default_rng(5)
+    count = 600
+    table = pa.table(
+        {
+            "k": pa.array(rng.integers(0, 1000, count), pa.int64()),
+            "payload": pa.array([bytes(rng.integers(0, 255, 40_000, dtype=np.uint8)) for _ in range(count)]),
+        }
+    )
+    out = list(
+        external_sort(
+            iter(table.to_batches(max_chunksize=50)),
+            [("k", True, True)],
+            ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
+            str(tmp_path),
+            prepare=pa.Table.from_batches,
+            finish=lambda rows: rows,
+            plan=MergePlan(run_bytes=2 << 20, fan_in=4),
+        )
+    )
+    keys = [k for batch in out for k in batch.column("k").to_pylist()]
+    assert keys == sorted(table.column("k").to_pylist())
+    assert max(batch.nbytes for batch in out) <= 4 << 20
