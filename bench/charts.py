@@ -49,6 +49,7 @@ CASES: dict[str, dict[str, tuple[str, str]]] = {
         "sort": ("ours", "iceberg-exec sort"),
         "zorder": ("ours", "iceberg-exec zorder"),
         "pyiceberg": ("pyiceberg", "PyIceberg scan + overwrite"),
+        "pyiceberg-sort": ("pyiceberg", "PyIceberg scan + sort_by + overwrite"),
         "floor": ("floor", "floor: PyArrow read + write"),
         "datafusion": ("other", "DataFusion read + write"),
     },

@@ -142,7 +142,8 @@ def test_compaction_on_s3_keeps_every_row(
 def test_sort_compaction_on_s3_stages_locally_and_writes_to_the_bucket(
     seaweedfs_server: SeaweedFS, tmp_path: Path
 ) -> None:
-    """The sort strategy reads from S3, sorts in DataFusion over the local staged copy, writes to S3."""
+    """The sort strategy reads from S3, sorts locally (sorted runs in the spill directory, merged by
+    DataFusion), writes to S3."""
     config = _sqlite_config("s3sort", tmp_path, seaweedfs_server)
     table = make_fragmented_table(load_catalog(config), "ns.sorted", num_files=4, rows_per_file=500)
     before = live_checksum(table)

@@ -7,16 +7,15 @@ table's order; only then are output files stamped with that order's id.
 
 from __future__ import annotations
 
-import dataclasses
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
-from airflow_provider_iceberg_exec.engine.io.session import build_session
-from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged
+from airflow_provider_iceberg_exec.engine.io.merge_sort import external_sort
 from airflow_provider_iceberg_exec.engine.io.zorder import (
     ZOrder,
     zorder_columns,
@@ -196,9 +195,6 @@ def transform_of(key: SortKey) -> Transform[object, object]:
 
 #: hidden columns of the staged rows: partition values and transformed sort keys
 _HIDDEN_PREFIX = "__iceberg_exec_"
-#: bytes per batch of the sort (see :func:`_sort_limits`)
-_SORT_BATCH_BYTES = 64 * 1024
-_MIN_SORT_BATCH_ROWS = 128
 
 
 def sort_for_output(
@@ -209,66 +205,73 @@ def sort_for_output(
     limits: ResourceLimits,
     spill_dir: str,
 ) -> Iterator[pa.RecordBatch]:
-    """Sort rows by the output partition, then by ``keys``, in DataFusion under the memory limit.
+    """Sort rows by the output partition, then by ``keys``, under the memory limit.
 
-    The rows are first staged into one local Parquet file, so DataFusion reads a single streaming source
-    instead of polling every input file at once; transformed keys become hidden columns, and a z-order of
-    longs or timestamps replaces its columns with their z-value (they come back from it after the sort).
+    An external merge sort (:mod:`.merge_sort`): runs of a sixteenth of the limit sorted in memory and
+    spilled under ``spill_dir`` as sorted files, merged by DataFusion. Transformed keys become hidden
+    columns, and a z-order of longs or timestamps replaces its columns with their z-value (they come back
+    from it after the sort); both are computed on the sorting threads, and the restore runs on a thread of
+    its own beside the caller's.
     """
-    import pyarrow as pa
-    from datafusion import col
-
     order, computed, restored = _sort_columns(keys, spec, schema)
-    dropped = {column for r in restored for column in r.columns}
-    check = _RestoreCheck(dropped)
-    # Beside the run's spill directory, not in it: the execution stats count that directory as spilled
-    # bytes, and a sort that fits in memory spills nothing.
-    stage_path = f"{spill_dir}.stage"
-    stage = StagedParquet(stage_path)
-    names: list[str] = []
-    types: dict[str, pa.DataType] = {}
-    staged_schema: pa.Schema | None = None
-    try:
-        for batch in batches:
-            if not names:
-                names, types = batch.schema.names, {f.name: f.type for f in batch.schema}
-            for column in dropped:
-                check.staged[column].add(batch.column(column))
+    stager = _Stager(computed, restored)
+    yield from external_sort(batches, order, limits, spill_dir, prepare=stager.prepare, finish=stager.finish)
+    stager.check.verify()
+
+
+class _Stager:
+    """The rows as sorted (hidden columns added, z-order columns replaced by their z-value) and back.
+
+    :meth:`prepare` runs on two sorting threads at once; :meth:`finish` on a thread of its own.
+    """
+
+    def __init__(self, computed: list[tuple[list[str], Any]], restored: list[_Restored]) -> None:
+        self.computed = computed
+        self.restored = restored
+        self.dropped = {column for r in restored for column in r.columns}
+        self.check = _RestoreCheck(self.dropped)
+        self.names: list[str] = []
+        self.types: dict[str, pa.DataType] = {}
+        self._schema: pa.Schema | None = None
+        self._lock = threading.Lock()
+
+    def prepare(self, run: list[pa.RecordBatch]) -> pa.Table:
+        """One run's batches as they are sorted, in one schema."""
+        import pyarrow as pa
+
+        with self._lock:
+            if not self.names:
+                self.names.extend(run[0].schema.names)
+                self.types.update({f.name: f.type for f in run[0].schema})
+            for batch in run:
+                for column in self.dropped:
+                    self.check.staged[column].add(batch.column(column))
+        kept = [name for name in self.names if name not in self.dropped]
+        hidden = [name for names, _fn in self.computed for name in names]
+        staged_batches = []
+        for batch in run:
             staged = pa.RecordBatch.from_arrays(
                 [
-                    *(batch.column(name) for name in names if name not in dropped),
-                    *(array for _names, fn in computed for array in fn(batch)),
+                    *(batch.column(name) for name in kept),
+                    *(a for _names, fn in self.computed for a in fn(batch)),
                 ],
-                names=[
-                    *(name for name in names if name not in dropped),
-                    *(name for hidden, _fn in computed for name in hidden),
-                ],
+                names=[*kept, *hidden],
             )
-            # Files of one table project to string or large_string as each was written: stage one schema.
-            if staged_schema is None:
-                staged_schema = staged.schema
-            elif not staged.schema.equals(staged_schema):
-                staged = staged.cast(staged_schema)
-            stage.write(staged)
-        if not stage.close():
-            return
-        # Freed staging buffers stay cached in PyArrow's allocator unless handed back now.
-        pa.default_memory_pool().release_unused()
-        ctx = build_session(_sort_limits(limits, stage.total_bytes, stage.rows), spill_dir)
-        # One sort over one scan partition (a split scan sorts each half in half the pool, then merges),
-        # read by DataFusion's own Parquet reader: through a PyArrow dataset the same sort peaked higher.
-        ctx.sql("SET datafusion.optimizer.repartition_file_scans = false").collect()
-        register_staged(ctx, "staged", stage_path)
-        frame = ctx.table("staged").sort(
-            *(col(name).sort(ascending=asc, nulls_first=nulls_first) for name, asc, nulls_first in order)
-        )
-        for sorted_batch in _sorted_rows(frame, names, types, restored):
-            for column in dropped:
-                check.restored[column].add(sorted_batch.column(column))
+            # Files of one table project to string or large_string as each was written: one schema.
+            with self._lock:
+                if self._schema is None:
+                    self._schema = staged.schema
+            if not staged.schema.equals(self._schema):
+                staged = staged.cast(self._schema)
+            staged_batches.append(staged)
+        return pa.Table.from_batches(staged_batches)
+
+    def finish(self, rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The sorted rows' own columns, the z-order columns got back from their z-values."""
+        for sorted_batch in _sorted_rows(rows, self.names, self.types, self.restored):
+            for column in self.dropped:
+                self.check.restored[column].add(sorted_batch.column(column))
             yield sorted_batch
-        check.verify()
-    finally:
-        stage.remove()
 
 
 class _Digest:
@@ -354,21 +357,23 @@ def _sort_columns(
     return order, computed, restored
 
 
-#: rows got back from z-values at a time: the sort's batches are small (a few hundred rows), and the
-#: restore costs per batch (4M rows: the output took 6.1 s CPU in the sort's batches, 4.6 s in 16K-row ones)
+#: rows got back from z-values at a time: the restore costs per batch (4M rows: 6.1 s CPU in batches of a
+#: few hundred rows, 4.6 s in 16K-row ones)
 _RESTORE_ROWS = 16384
 
 
 def _sorted_rows(
-    frame: Any, names: list[str], types: dict[str, pa.DataType], restored: list[_Restored]
+    batches: Iterator[pa.RecordBatch],
+    names: list[str],
+    types: dict[str, pa.DataType],
+    restored: list[_Restored],
 ) -> Iterator[pa.RecordBatch]:
     """The sorted rows' columns ``names`` (with :func:`_restore` on batches of :data:`_RESTORE_ROWS`)."""
     import pyarrow as pa
 
     pending: list[pa.RecordBatch] = []
     rows = 0
-    for batch in frame.execute_stream():
-        arrow = batch.to_pyarrow()
+    for arrow in batches:
         if not restored:
             yield arrow.select(list(range(len(names))))
             continue
@@ -399,18 +404,6 @@ def _restore(
     return pa.RecordBatch.from_arrays(
         [values[name] if name in values else arrow.column(name) for name in names], names=names
     )
-
-
-def _sort_limits(limits: ResourceLimits, staged_bytes: int, staged_rows: int) -> ResourceLimits:
-    """``limits`` with batches of about :data:`_SORT_BATCH_BYTES` for the sort.
-
-    Outside its pool DataFusion's external sort holds a few batches per sorted run and per merge input;
-    measured on 4M rows of 64 bytes under a 64 MiB pool, 8192-row batches cost 217 MiB above the baseline
-    and 2048-row batches 143 MiB.
-    """
-    row_bytes = max(1, staged_bytes // max(1, staged_rows))
-    rows = max(_MIN_SORT_BATCH_ROWS, min(limits.batch_size, _SORT_BATCH_BYTES // row_bytes))
-    return dataclasses.replace(limits, batch_size=rows)
 
 
 def _zordered(key: ZOrder, width: int, *, with_nulls: bool) -> Any:

@@ -1,0 +1,262 @@
+"""engine/io/merge_sort.py: sorted runs by PyArrow merged by DataFusion give DataFusion's own order (NaN,
+-0.0, nulls first or last, descending), over several merge passes, with every spill file in the spill
+directory and none left behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from datafusion import SessionContext, col
+
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.io.merge_sort import MergePlan, SortColumn, external_sort
+
+ORDER: list[SortColumn] = [("g", True, False), ("f", False, True), ("s", True, True)]
+
+
+def _rows(count: int, seed: int = 7) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    floats = rng.choice(np.array([1.5, -1.5, 0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 2.25, -7.0]), count)
+    return pa.table(
+        {
+            "g": pa.array(rng.integers(0, 5, count), pa.int64(), mask=rng.random(count) < 0.1),
+            "f": pa.array(floats, pa.float64(), mask=rng.random(count) < 0.1),
+            "s": pa.array([f"v{v}" for v in rng.integers(0, 50, count)], mask=rng.random(count) < 0.1),
+            "id": pa.array(np.arange(count), pa.int64()),
+        }
+    )
+
+
+def _batches(table: pa.Table, rows: int = 300):
+    return iter(table.to_batches(max_chunksize=rows))
+
+
+def _key_words(table: pa.Table) -> list[tuple]:
+    """The order's key of every row, floats as their bits' total order so NaN and -0.0 compare."""
+    floats = table.column("f").to_numpy(zero_copy_only=False).view(np.int64)
+    total = (floats ^ ((floats >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))).tolist()
+    f_null = table.column("f").is_null().to_pylist()
+    return list(
+        zip(
+            table.column("g").to_pylist(),
+            [None if n else t for n, t in zip(f_null, total, strict=True)],
+            table.column("s").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def _datafusion_sorted(table: pa.Table) -> pa.Table:
+    keys = [col(name).sort(ascending=asc, nulls_first=nulls) for name, asc, nulls in ORDER]
+    return SessionContext().from_arrow(table).sort(*keys).to_arrow_table()
+
+
+def _sort(table: pa.Table, spill_dir: Path, plan: MergePlan | None) -> pa.Table:
+    out = external_sort(
+        _batches(table),
+        ORDER,
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(spill_dir)),
+        str(spill_dir),
+        prepare=pa.Table.from_batches,
+        finish=lambda rows: rows,
+        plan=plan,
+    )
+    return pa.Table.from_batches(list(out), schema=table.schema)
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        None,  # fits one run: sorted in memory
+        MergePlan(run_bytes=16 << 10, fan_in=64),  # several runs, one merge
+        MergePlan(run_bytes=8 << 10, fan_in=2),  # many runs, several merge passes
+    ],
+    ids=["in-memory", "one-merge", "multi-pass"],
+)
+def test_rows_come_out_in_datafusions_order(tmp_path: Path, plan: MergePlan | None) -> None:
+    table = _rows(5000)
+    out = _sort(table, tmp_path / "spill", plan)
+    assert _key_words(out) == _key_words(_datafusion_sorted(table))
+    assert sorted(out.column("id").to_pylist()) == list(range(5000))
+    assert not (tmp_path / "spill" / "sort-runs").exists(), "the runs are removed"
+
+
+def test_runs_are_spilled_into_the_spill_directory_only(tmp_path: Path, monkeypatch) -> None:
+    """While the merge streams, its runs are files under the spill directory; nothing goes to the OS's
+    temporary directory, and nothing is left afterwards."""
+    os_temp = tmp_path / "os-temp"
+    os_temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(os_temp))
+    spill = tmp_path / "spill"
+    out = external_sort(
+        _batches(_rows(5000)),
+        ORDER,
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(spill)),
+        str(spill),
+        prepare=pa.Table.from_batches,
+        finish=lambda rows: rows,
+        plan=MergePlan(run_bytes=8 << 10, fan_in=3),
+    )
+    first = next(out)
+    assert first.num_rows
+    runs = os.listdir(spill / "sort-runs")
+    assert 1 <= len(runs) <= 3
+    assert all(name.endswith(".arrow") for name in runs)
+    rest = list(out)
+    assert first.num_rows + sum(b.num_rows for b in rest) == 5000
+    assert not (spill / "sort-runs").exists()
+    assert list(os_temp.iterdir()) == []
+
+
+def test_stopping_early_removes_the_runs(tmp_path: Path) -> None:
+    spill = tmp_path / "spill"
+    out = external_sort(
+        _batches(_rows(5000)),
+        ORDER,
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(spill)),
+        str(spill),
+        prepare=pa.Table.from_batches,
+        finish=lambda rows: rows,
+        plan=MergePlan(run_bytes=8 << 10, fan_in=4),
+    )
+    next(out)
+    assert (spill / "sort-runs").exists()
+    out.close()
+    assert not (spill / "sort-runs").exists()
+
+
+def test_an_error_while_finishing_is_raised_in_the_caller(tmp_path: Path) -> None:
+    def broken(rows):
+        for batch in rows:
+            yield batch
+            raise RuntimeError("restore failed")
+
+    out = external_sort(
+        _batches(_rows(2000)),
+        ORDER,
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
+        str(tmp_path),
+        prepare=pa.Table.from_batches,
+        finish=broken,
+        plan=MergePlan(run_bytes=8 << 10, fan_in=4),
+    )
+    with pytest.raises(RuntimeError, match="restore failed"):
+        list(out)
+    assert not (tmp_path / "sort-runs").exists()
+
+
+@pytest.mark.parametrize("kind", [pa.decimal128(38, 0), pa.decimal256(76, 0)])
+def test_decimal_keys_come_out_in_datafusions_order(tmp_path: Path, kind: pa.DataType) -> None:
+    """Decimals are sorted by their limbs (the most significant signed): negatives, limbs that differ
+    only in the low word, nulls first ascending and descending."""
+    import decimal
+
+    rng = np.random.default_rng(3)
+    values = [
+        None
+        if rng.random() < 0.1
+        else decimal.Decimal(int(rng.integers(-(2**62), 2**62)) * int(rng.choice([1, 2**64 - 1, 3])))
+        for _ in range(3000)
+    ]
+    table = pa.table({"d": pa.array(values, kind), "id": pa.array(range(3000), pa.int64())})
+    for ascending in (True, False):
+        order: list[SortColumn] = [("d", ascending, True)]
+        out = pa.Table.from_batches(
+            list(
+                external_sort(
+                    _batches(table),
+                    order,
+                    ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
+                    str(tmp_path),
+                    prepare=pa.Table.from_batches,
+                    finish=lambda rows: rows,
+                    plan=MergePlan(run_bytes=8 << 10, fan_in=4),
+                )
+            )
+        )
+        expected = (
+            SessionContext()
+            .from_arrow(table)
+            .sort(col("d").sort(ascending=ascending, nulls_first=True))
+            .to_arrow_table()
+        )
+        assert out.column("d").to_pylist() == expected.column("d").to_pylist()
+
+
+def test_wide_rows_are_merged_in_small_batches(tmp_path: Path) -> None:
+    """Rows of 40 KB: the run files and the merge's output come in batches of a few MB, not of 8192 rows
+    (a merge of four inputs of such batches would not fit a 32 MiB pool)."""
+    rng = np.random.default_rng(5)
+    count = 600
+    table = pa.table(
+        {
+            "k": pa.array(rng.integers(0, 1000, count), pa.int64()),
+            "payload": pa.array([bytes(rng.integers(0, 255, 40_000, dtype=np.uint8)) for _ in range(count)]),
+        }
+    )
+    out = list(
+        external_sort(
+            iter(table.to_batches(max_chunksize=50)),
+            [("k", True, True)],
+            ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
+            str(tmp_path),
+            prepare=pa.Table.from_batches,
+            finish=lambda rows: rows,
+            plan=MergePlan(run_bytes=2 << 20, fan_in=4),
+        )
+    )
+    keys = [k for batch in out for k in batch.column("k").to_pylist()]
+    assert keys == sorted(table.column("k").to_pylist())
+    assert max(batch.nbytes for batch in out) <= 4 << 20
+
+
+def test_every_column_type_goes_through_the_runs_and_the_merge_unchanged(tmp_path: Path) -> None:
+    """Nested, temporal, decimal, binary and fixed columns (and a name that needs quoting as the key)
+    come out of run files and merge passes as they went in."""
+    import datetime
+    import decimal
+
+    count = 3000
+    rng = np.random.default_rng(11)
+    keys = rng.integers(0, 40, count)
+    table = pa.table(
+        {
+            'Key "one"': pa.array(keys, pa.int64()),
+            "ts": pa.array(
+                [
+                    datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+                    + datetime.timedelta(seconds=int(k))
+                    for k in keys
+                ],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "day": pa.array([datetime.date(2026, 1, 1 + int(k) % 28) for k in keys], pa.date32()),
+            "amount": pa.array([decimal.Decimal(int(k)) / 100 for k in keys], pa.decimal128(18, 2)),
+            "uuid": pa.array([int(i).to_bytes(16, "big") for i in range(count)], pa.binary(16)),
+            "blob": pa.array([bytes([int(k)]) * int(k) for k in keys], pa.large_binary()),
+            "st": pa.array([{"x": float(k), "y": None if k % 3 else str(k)} for k in keys]),
+            "tags": pa.array([[str(k)] * int(k % 4) for k in keys], pa.list_(pa.string())),
+            "props": pa.array([[("k", int(k))] for k in keys], pa.map_(pa.string(), pa.int64())),
+            "id": pa.array(range(count), pa.int64()),
+        }
+    )
+    out = pa.Table.from_batches(
+        list(
+            external_sort(
+                _batches(table),
+                [('Key "one"', False, True)],
+                ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
+                str(tmp_path),
+                prepare=pa.Table.from_batches,
+                finish=lambda rows: rows,
+                plan=MergePlan(run_bytes=16 << 10, fan_in=3),
+            )
+        )
+    )
+    assert out.schema == table.schema
+    assert out.column('Key "one"').to_pylist() == sorted(keys.tolist(), reverse=True)
+    assert out.sort_by("id").to_pylist() == table.to_pylist()
