@@ -329,6 +329,7 @@ def _projection(
         batch_projection,
         partition_projection_values,
     )
+
     key = arrow_schema.serialize().to_pybytes()
 
     def to_iceberg() -> Schema:
