@@ -95,15 +95,19 @@ def key_hashes(columns: Sequence[pa.Array]) -> npt.NDArray[np.uint32]:
     combined: npt.NDArray[np.uint64] | None = None
     for column in columns:
         hashed = pc.fill_null(bucket(_storage(column), _MODULUS), -1)
-        word = hashed.to_numpy(zero_copy_only=False).astype(np.int64).astype(np.uint64) & np.uint64(
-            _NULL_HASH
+        # -1 (NULL) becomes 2**32 - 1, above every hash the transform gives
+        word: npt.NDArray[np.uint64] = (
+            hashed.to_numpy(zero_copy_only=False).astype(np.int64).astype(np.uint64)
         )
+        word &= np.uint64(_NULL_HASH)
         if len(columns) == 1:
-            return word.astype(np.uint32)
+            single: npt.NDArray[np.uint32] = word.astype(np.uint32)
+            return single
         combined = word if combined is None else (combined * np.uint64(_GOLDEN)) ^ word
     assert combined is not None
     mixed = (combined ^ (combined >> np.uint64(31))) * np.uint64(_GOLDEN)
-    return (mixed >> np.uint64(32)).astype(np.uint32)
+    result: npt.NDArray[np.uint32] = (mixed >> np.uint64(32)).astype(np.uint32)
+    return result
 
 
 def bucket_of(hashes: npt.NDArray[np.uint32], buckets: int) -> npt.NDArray[np.int64]:

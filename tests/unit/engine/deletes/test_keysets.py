@@ -20,7 +20,6 @@ from pyiceberg.types import (
     LongType,
     NestedField,
     StringType,
-    TimestamptzType,
     UUIDType,
 )
 
@@ -57,12 +56,13 @@ def _deleted(
     parts: list[int],
     hashes: np.ndarray | None = None,
 ) -> list[bool]:
-    return keys.deleted(
+    deleted: list[bool] = keys.deleted(
         columns,
         key_hashes(columns) if hashes is None else hashes,
         np.array(seqs, dtype=np.int64),
         np.array(parts, dtype=np.int32),
     ).tolist()
+    return deleted
 
 
 def test_only_hashable_key_types_take_the_in_memory_match() -> None:
@@ -79,7 +79,9 @@ def test_equal_keys_hash_alike_nulls_included_and_types_through_their_storage() 
     ids = pa.array([1, None, 1, 2], pa.int64())
     names = pa.array(["a", None, "a", "a"], pa.large_string())
     hashed = key_hashes([ids, names])
-    assert hashed[0] == hashed[2] and hashed[0] != hashed[1] and hashed[0] != hashed[3]
+    assert hashed[0] == hashed[2]
+    assert hashed[0] != hashed[1]
+    assert hashed[0] != hashed[3]
     u = uuid.uuid4().bytes
     uuids = pa.array([u, None, u], pa.uuid())
     assert key_hashes([uuids])[0] == key_hashes([uuids])[2]
