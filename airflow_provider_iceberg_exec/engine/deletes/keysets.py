@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.types import NestedField
 
-__all__ = ["HASH_BYTES", "DeleteKeys", "bucket_of", "hashable", "in_sorted", "key_hashes"]
+__all__ = ["HASH_BYTES", "DeleteKeys", "HashSet", "bucket_of", "hashable", "in_sorted", "key_hashes"]
 
 #: bytes one key's hash costs in memory
 HASH_BYTES = 4
@@ -127,6 +127,42 @@ def in_sorted(values: npt.NDArray[Any], sorted_unique: npt.NDArray[Any]) -> npt.
     at = np.minimum(np.searchsorted(sorted_unique, values), len(sorted_unique) - 1)
     found: npt.NDArray[np.bool_] = sorted_unique[at] == values
     return found
+
+
+class HashSet:
+    """A set of key hashes: which hashes of a batch are in it.
+
+    A bitmap of the hashes' top 25 bits (4 MiB) answers first; only the hashes it lets through are
+    looked up in the sorted hashes (a search per row cost more than reading and hashing the keys).
+    """
+
+    #: bytes of the bitmap, whatever the number of hashes
+    BITMAP_BYTES = 1 << 22
+    _SHIFT = 7  # 32-bit hashes, 2**25 bits
+
+    def __init__(self, hashes: npt.NDArray[np.uint32]) -> None:
+        import numpy as np
+
+        self._sorted = np.unique(hashes)
+        self._bits = np.zeros(self.BITMAP_BYTES, dtype=np.uint8)
+        slots = (self._sorted >> np.uint32(self._SHIFT)).astype(np.int64)
+        np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def contains(self, hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
+        """Which of ``hashes`` are in the set."""
+        import numpy as np
+
+        slots = (hashes >> np.uint32(self._SHIFT)).astype(np.int64)
+        found: npt.NDArray[np.bool_] = ((self._bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & 1).astype(
+            bool
+        )
+        maybe = np.flatnonzero(found)
+        if len(maybe):
+            found[maybe] = in_sorted(hashes[maybe], self._sorted)
+        return found
 
 
 def _slots(hashes: npt.NDArray[np.uint32], partitions: npt.NDArray[np.int32]) -> npt.NDArray[np.uint64]:

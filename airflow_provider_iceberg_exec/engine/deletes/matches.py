@@ -35,9 +35,9 @@ from airflow_provider_iceberg_exec.engine.deletes.fingerprints import KeyFilter
 from airflow_provider_iceberg_exec.engine.deletes.keysets import (
     HASH_BYTES,
     DeleteKeys,
+    HashSet,
     bucket_of,
     hashable,
-    in_sorted,
     key_hashes,
 )
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
@@ -282,15 +282,15 @@ def _stage_hashed_deletes(
     limits: ResourceLimits,
     deletes: StagedParquet,
     stats: MatchStats,
-) -> npt.NDArray[np.uint32] | None:
-    """Stage the delete rows of one kind with their key hash; return the sorted distinct hashes, or
-    ``None`` when they would take more than a quarter of the memory limit (no data row is then ruled
-    out by its hash before the exact match)."""
+) -> HashSet | None:
+    """Stage the delete rows of one kind with their key hash; return the set of their hashes, or ``None``
+    when it would take more than a quarter of the memory limit (no data row is then ruled out by its hash
+    before the exact match)."""
     import numpy as np
 
     rows = sum(d.data_file.record_count for d in kind)
     hashes: list[npt.NDArray[np.uint32]] | None = (
-        [] if rows * HASH_BYTES <= limits.memory_limit_bytes // 4 else None
+        [] if rows * HASH_BYTES + HashSet.BITMAP_BYTES <= limits.memory_limit_bytes // 4 else None
     )
     for delete in kind:
         for batch in _delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
@@ -300,7 +300,7 @@ def _stage_hashed_deletes(
             deletes.write(_with(batch, {_HASH: _uint32(hashed)}))
     if hashes is None:
         return None
-    return np.unique(np.concatenate(hashes)) if hashes else np.empty(0, dtype=np.uint32)
+    return HashSet(np.concatenate(hashes) if hashes else np.empty(0, dtype=np.uint32))
 
 
 def _match_in_buckets(
@@ -479,7 +479,7 @@ def _read_data_keys(
     jobs: Sequence[tuple[int, ScannedFile, int]],
     key_schema: Any,
     names: Sequence[str],
-    known: npt.NDArray[np.uint32] | None,
+    known: HashSet | None,
     limits: ResourceLimits,
     stats: MatchStats,
     emit: Callable[[pa.RecordBatch], None],
@@ -519,7 +519,7 @@ def _data_key_candidates(
     part: int,
     key_schema: Any,
     names: Sequence[str],
-    known: npt.NDArray[np.uint32] | None,
+    known: HashSet | None,
     limits: ResourceLimits,
     emit: Callable[[pa.RecordBatch], None],
 ) -> int:
@@ -539,14 +539,15 @@ def _data_key_candidates(
         format_version=metadata.format_version,
         batch_size=read_batch_rows(data_file, limits.batch_size),
     ):
-        n = batch.num_rows
-        positions = np.arange(start, start + n, dtype=np.int64)
+        first, n = start, batch.num_rows
+        positions = np.arange(first, first + n, dtype=np.int64)
         start += n
         hashed = key_hashes([batch.column(c) for c in names])
-        keep = in_sorted(hashed, known) if known is not None else None
-        if len(gone):
-            live = ~in_sorted(positions, gone)
-            keep = live if keep is None else keep & live
+        keep = known.contains(hashed) if known is not None else None
+        low, high = np.searchsorted(gone, [first, first + n])
+        if low < high:  # rows a position delete or a DV removed are not live
+            keep = np.ones(n, dtype=bool) if keep is None else keep
+            keep[gone[low:high] - first] = False
         if keep is not None:
             rows = np.flatnonzero(keep)
             batch, positions, hashed = batch.take(pa.array(rows)), positions[rows], hashed[rows]

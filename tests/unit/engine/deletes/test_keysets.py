@@ -25,6 +25,7 @@ from pyiceberg.types import (
 
 from airflow_provider_iceberg_exec.engine.deletes.keysets import (
     DeleteKeys,
+    HashSet,
     bucket_of,
     hashable,
     in_sorted,
@@ -197,3 +198,15 @@ def test_empty_sides(rows: int) -> None:
     keys = _keys([pa.array(["a"] * rows, pa.string())], [1] * rows, [0] * rows, is_global=True)
     assert _deleted(keys, [pa.array(["a"])], [0], [0]) == [bool(rows)]
     assert _deleted(keys, [pa.array([], pa.string())], [], []) == []
+
+
+def test_the_hash_set_answers_as_a_sorted_search_does() -> None:
+    rng = np.random.default_rng(5)
+    members = rng.integers(0, 2**32, 50_000, dtype=np.uint64).astype(np.uint32)
+    probes = np.concatenate(
+        [members[:1000], rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32)]
+    )
+    probes = np.append(probes, np.uint32(2**32 - 1))  # the NULL hash
+    assert (HashSet(members).contains(probes) == in_sorted(probes, np.unique(members))).all()
+    assert HashSet(members).contains(probes)[:1000].all()
+    assert not HashSet(np.empty(0, dtype=np.uint32)).contains(probes).any()
