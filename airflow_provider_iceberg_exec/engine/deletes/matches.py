@@ -43,6 +43,7 @@ from airflow_provider_iceberg_exec.engine.deletes.keysets import (
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
 from airflow_provider_iceberg_exec.engine.io.position_sort import ORD, POS, sorted_positions
 from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
+from airflow_provider_iceberg_exec.engine.io.session import release_memory
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged, remove_staged
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile
 
@@ -103,7 +104,6 @@ def equality_matches(
     :raises DataFileReadError: when a data or delete file is missing or malformed.
     :raises ConfigurationError: for a key field found in no schema of the table, or a nested field.
     """
-    import pyarrow as pa
 
     stats = stats if stats is not None else MatchStats()
     wanted = {d.data_file.file_path for d in deletes}
@@ -118,9 +118,10 @@ def equality_matches(
             side = _Kind(number, ids, is_global, {d.data_file.file_path for d in kind})
             match = _match_kind_hashed if hashable(key_fields_of(metadata, ids)) else _match_kind
             match(io, metadata, selected, kind, side, partitions, limits, spill_dir, out, stats)
+        # The matching ran on other threads: what they freed goes back before the data streams.
+        release_memory()
         if not out.close():
             return
-        pa.default_memory_pool().release_unused()
         yield from _sorted_matches(out, limits, spill_dir, stats)
     finally:
         out.remove()
@@ -403,13 +404,16 @@ def _delete_key_batches(
 
 
 def _batches_of(path: str) -> Iterator[pa.RecordBatch]:
-    """The batches of a closed staged set, part after part (none when it got no row)."""
+    """The batches of a closed staged set, part after part, row group by row group (about 256 KiB
+    each; none when it got no row)."""
     import pyarrow.parquet as pq
 
     if not os.path.isdir(path):
         return
     for name in sorted(os.listdir(path)):
-        yield from pq.ParquetFile(os.path.join(path, name)).iter_batches(use_threads=False)
+        parquet = pq.ParquetFile(os.path.join(path, name))
+        for group in range(parquet.num_row_groups):
+            yield from parquet.iter_batches(row_groups=[group], batch_size=1 << 20, use_threads=False)
 
 
 def _delete_keys(batches: Iterator[pa.RecordBatch], names: Sequence[str], is_global: bool) -> DeleteKeys:
@@ -461,16 +465,19 @@ def _matched(keys: DeleteKeys, batch: pa.RecordBatch, names: Sequence[str]) -> p
 
 
 def _split_by_hash(batch: pa.RecordBatch, stagers: Sequence[StagedParquet], buckets: int) -> None:
-    """Write each row of ``batch`` to the stager of its key hash's bucket."""
+    """Write each row of ``batch`` to the stager of its key hash's bucket.
+
+    Each bucket gets a copy of its rows, not a slice of the batch: a stager keeps what it is given until
+    its row group fills, and slices would keep every batch whole in each of the buckets' buffers.
+    """
     import numpy as np
     import pyarrow as pa
 
     which = bucket_of(batch.column(_HASH).to_numpy().astype(np.uint32), buckets)
     order = np.argsort(which, kind="stable")
-    ordered = batch.take(pa.array(order))
     values, starts = np.unique(which[order], return_index=True)
     for value, start, end in zip(values, starts, [*starts[1:], len(order)], strict=True):
-        stagers[int(value)].write(ordered.slice(int(start), int(end - start)))
+        stagers[int(value)].write(batch.take(pa.array(order[start:end])))
 
 
 def _read_data_keys(
@@ -495,6 +502,9 @@ def _read_data_keys(
 
     def read(job: int) -> None:
         counts[job] = _data_key_candidates(io, metadata, *jobs[job], key_schema, names, known, limits, emit)
+        # Two threads decoding and hashing leave freed memory in their malloc arenas: hand it back as
+        # each file is done, or it adds up to tens of MiB beside the budget.
+        release_memory(arrow=False)
 
     if readers == 1:
         for job in range(len(jobs)):
