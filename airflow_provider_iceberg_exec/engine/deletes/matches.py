@@ -504,7 +504,7 @@ def _read_data_keys(
         counts[job] = _data_key_candidates(io, metadata, *jobs[job], key_schema, names, known, limits, emit)
         # Two threads decoding and hashing leave freed memory in their malloc arenas: hand it back as
         # each file is done, or it adds up to tens of MiB beside the budget.
-        release_memory(arrow=False)
+        release_memory()
 
     if readers == 1:
         for job in range(len(jobs)):
