@@ -316,7 +316,8 @@ def _match_in_buckets(
 ) -> None:
     """Split the staged delete rows and the data rows ``read`` hands over into ``buckets`` by key hash,
     then match bucket by bucket, each bucket's delete rows in memory."""
-    row_group = max(_MIN_BUCKET_ROW_GROUP_BYTES, limits.memory_limit_bytes // 8 // buckets)
+    # Every bucket of one side buffers a row group: together a sixteenth of the limit.
+    row_group = max(_MIN_BUCKET_ROW_GROUP_BYTES, limits.memory_limit_bytes // 16 // buckets)
 
     def stagers(side_name: str) -> list[StagedParquet]:
         return [
@@ -338,10 +339,11 @@ def _match_in_buckets(
     try:
         for batch in _batches_of(deletes.path):
             _split_by_hash(batch, split, buckets)
+        written = [part.close() for part in split]  # their buffers go before the data's fill
         deletes.remove()
         read(stage)
-        for delete_part, data_part in zip(split, candidates, strict=True):
-            if delete_part.close() and data_part.close():
+        for delete_part, data_part, has_deletes in zip(split, candidates, written, strict=True):
+            if data_part.close() and has_deletes:
                 for in_memory in _delete_key_slices(
                     delete_part.path, names, side.is_global, _keys_budget(limits)
                 ):
@@ -357,9 +359,10 @@ def _match_in_buckets(
 
 
 def _keys_budget(limits: ResourceLimits) -> int:
-    """The most bytes of staged delete rows held in memory at once (an eighth of the memory limit: the
-    sorted copy and the probes' temporaries come on top)."""
-    return max(1 << 20, limits.memory_limit_bytes // 8)
+    """The most bytes of staged delete rows held in memory at once (a sixteenth of the memory limit: the
+    sorted copy and the probes' temporaries come on top, and whatever the allocator takes for them it
+    keeps for the rewrite that follows)."""
+    return max(1 << 20, limits.memory_limit_bytes // 16)
 
 
 def _uint32(values: npt.NDArray[np.uint32]) -> pa.Array:
@@ -504,7 +507,7 @@ def _read_data_keys(
         counts[job] = _data_key_candidates(io, metadata, *jobs[job], key_schema, names, known, limits, emit)
         # Two threads decoding and hashing leave freed memory in their malloc arenas: hand it back as
         # each file is done, or it adds up to tens of MiB beside the budget.
-        release_memory()
+        release_memory(arrow=False)
 
     if readers == 1:
         for job in range(len(jobs)):
