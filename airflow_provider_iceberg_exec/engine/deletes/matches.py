@@ -2,13 +2,20 @@
 
 Only the key columns of the data files are read (by field id, so a key column dropped from the schema
 still applies), each row with its data file's ordinal, its position, the file's data sequence number and
-a partition id; the equality deletes' keys with their sequence number and partition id. DataFusion
-semi-joins the two sides (sort-merge, which spills), split first into buckets by key hash when a side
-is larger than the join's budget (:func:`~.equality.bucket_pairs`). The spec's rules (6.2) hold per
-pair: keys equal null-safely, ``seq(delete) > seq(data)``, same spec and partition unless the delete is
-global. The matched ``(ordinal, position)`` pairs are sorted by :mod:`~.io.position_sort` (in memory,
-or by ordinal range through files) and streamed, per data file and in position order, without ever
-holding them all.
+a partition id; the equality deletes' keys with their sequence number and partition id. The spec's rules
+(6.2) hold per pair: keys equal null-safely, ``seq(delete) > seq(data)``, same spec and partition unless
+the delete is global.
+
+- Keys the Iceberg bucket transform hashes (all but float, double and boolean) are matched in memory by
+  :mod:`.keysets` (:func:`_match_kind_hashed`): the delete rows held sorted by key hash, in buckets by
+  hash when they do not fit the budget; the data files' key columns read on two threads, a row compared
+  only when a delete key has its hash.
+- Other keys are semi-joined by DataFusion (sort-merge, which spills), split first into buckets by key
+  hash when a side is larger than the join's budget (:func:`~.equality.bucket_pairs`).
+
+The matched ``(ordinal, position)`` pairs are sorted by :mod:`~.io.position_sort` (in memory, or by
+ordinal range through files) and streamed, per data file and in position order, without ever holding
+them all.
 
 Rows already deleted by a position delete or a deletion vector are not staged: they are not live.
 """
