@@ -302,6 +302,48 @@ def test_equality_delete_on_a_dropped_column_still_applies(catalog: SqlCatalog, 
     assert "name" not in table.schema().column_names
 
 
+def test_a_key_deleted_again_later_deletes_the_rows_between_too(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """seq 1: ids 0..9; seq 2: delete id 3; seq 3: id 3 again; seq 4: delete id 3 again; seq 5: id 3 again.
+
+    The two deletes of one key are one delete row in memory with the higher sequence number: both older
+    rows go, the newest stays."""
+    table = _create(catalog)
+    _append(table, range(10))
+    _commit_deletes(table, [_equality_deletes(table, {"id": (1, pa.int64(), [3])}, spec_id=0)])
+    _append(table, [3])
+    _commit_deletes(table, [_equality_deletes(table, {"id": (1, pa.int64(), [3, 3])}, spec_id=0)])
+    _append(table, [3])
+
+    compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    assert _ids(table) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_float_keys_still_take_the_spilling_join(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """A double key is not hashed (equal doubles may differ in bits): DataFusion's join matches it."""
+    from pyiceberg.types import DoubleType
+
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "score", DoubleType(), required=False),
+    )
+    table = catalog.create_table("ns.f", schema=schema, properties={"format-version": "2"})
+    for start in (0, 10):
+        ids = list(range(start, start + 10))
+        table.append(
+            pa.table(
+                {"id": pa.array(ids, pa.int64()), "score": [None if i == 4 else i / 2 for i in ids]},
+                schema=pa.schema([("id", pa.int64()), ("score", pa.float64())]),
+            )
+        )
+    deleted = [1.5, 6.0, None, 99.0]  # ids 3 and 12, and the NULL score of id 4
+    _commit_deletes(table, [_equality_deletes(table, {"score": (2, pa.float64(), deleted)}, spec_id=0)])
+
+    compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    assert _ids(table) == [i for i in range(20) if i not in (3, 4, 12)]
+
+
 def test_position_and_equality_deletes_together(catalog: SqlCatalog, tmp_path: Path) -> None:
     table = _create(catalog)
     _append(table, range(10))

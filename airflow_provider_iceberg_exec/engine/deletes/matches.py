@@ -2,21 +2,30 @@
 
 Only the key columns of the data files are read (by field id, so a key column dropped from the schema
 still applies), each row with its data file's ordinal, its position, the file's data sequence number and
-a partition id; the equality deletes' keys with their sequence number and partition id. DataFusion
-semi-joins the two sides (sort-merge, which spills), split first into buckets by key hash when a side
-is larger than the join's budget (:func:`~.equality.bucket_pairs`). The spec's rules (6.2) hold per
-pair: keys equal null-safely, ``seq(delete) > seq(data)``, same spec and partition unless the delete is
-global. The matched ``(ordinal, position)`` pairs are sorted by :mod:`~.io.position_sort` (in memory,
-or by ordinal range through files) and streamed, per data file and in position order, without ever
-holding them all.
+a partition id; the equality deletes' keys with their sequence number and partition id. The spec's rules
+(6.2) hold per pair: keys equal null-safely, ``seq(delete) > seq(data)``, same spec and partition unless
+the delete is global.
+
+- Keys the Iceberg bucket transform hashes (all but float, double and boolean) are matched in memory by
+  :mod:`.keysets` (:func:`_match_kind_hashed`): the delete rows held sorted by key hash, in buckets by
+  hash when they do not fit the budget; the data files' key columns read on two threads, a row compared
+  only when a delete key has its hash.
+- Other keys are semi-joined by DataFusion (sort-merge, which spills), split first into buckets by key
+  hash when a side is larger than the join's budget (:func:`~.equality.bucket_pairs`).
+
+The matched ``(ordinal, position)`` pairs are sorted by :mod:`~.io.position_sort` (in memory, or by
+ordinal range through files) and streamed, per data file and in position order, without ever holding
+them all.
 
 Rows already deleted by a position delete or a deletion vector are not staged: they are not live.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +39,18 @@ from airflow_provider_iceberg_exec.engine.deletes.equality import (
     key_fields_of,
 )
 from airflow_provider_iceberg_exec.engine.deletes.fingerprints import KeyFilter
+from airflow_provider_iceberg_exec.engine.deletes.keysets import (
+    HASH_BYTES,
+    DeleteKeys,
+    HashSet,
+    bucket_of,
+    hashable,
+    key_hashes,
+)
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
 from airflow_provider_iceberg_exec.engine.io.position_sort import ORD, POS, sorted_positions
 from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
+from airflow_provider_iceberg_exec.engine.io.session import release_memory
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged, remove_staged
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile
 
@@ -51,6 +69,14 @@ _ORD = f"{_HIDDEN}ord"
 _POS = f"{_HIDDEN}pos"
 _SEQ = f"{_HIDDEN}seq"
 _PART = f"{_HIDDEN}part"
+_HASH = f"{_HIDDEN}hash"
+#: threads reading the data files' key columns (decoding and hashing release the GIL)
+_KEY_READERS = 2
+#: most buckets the hashed match splits each side into (each an open writer with a buffered row group);
+#: a bucket over the budget is then matched in slices
+_MAX_KEY_BUCKETS = 256
+_MIN_BUCKET_ROW_GROUP_BYTES = 16384
+_BUCKET_CHUNKS = 256
 
 
 @dataclass
@@ -85,7 +111,6 @@ def equality_matches(
     :raises DataFileReadError: when a data or delete file is missing or malformed.
     :raises ConfigurationError: for a key field found in no schema of the table, or a nested field.
     """
-    import pyarrow as pa
 
     stats = stats if stats is not None else MatchStats()
     wanted = {d.data_file.file_path for d in deletes}
@@ -98,10 +123,12 @@ def equality_matches(
             sorted(equality_kinds(selected, unpartitioned).items())
         ):
             side = _Kind(number, ids, is_global, {d.data_file.file_path for d in kind})
-            _match_kind(io, metadata, selected, kind, side, partitions, limits, spill_dir, out, stats)
+            match = _match_kind_hashed if hashable(key_fields_of(metadata, ids)) else _match_kind
+            match(io, metadata, selected, kind, side, partitions, limits, spill_dir, out, stats)
+        # The matching ran on other threads: what they freed goes back before the data streams.
+        release_memory()
         if not out.close():
             return
-        pa.default_memory_pool().release_unused()
         yield from _sorted_matches(out, limits, spill_dir, stats)
     finally:
         out.remove()
@@ -195,6 +222,370 @@ def _match_kind(
     finally:
         data.remove()
         keys.remove()
+
+
+def _match_kind_hashed(
+    io: FileIO,
+    metadata: TableMetadata,
+    files: Sequence[ScannedFile],
+    kind: Sequence[ScannedDelete],
+    side: _Kind,
+    partitions: dict[tuple[int, str], int],
+    limits: ResourceLimits,
+    spill_dir: str,
+    out: StagedParquet,
+    stats: MatchStats,
+) -> None:
+    """Match the data files one kind of hashable deletes applies to, exactly, in memory (:mod:`.keysets`);
+    stage the matches.
+
+    The delete rows are staged with their key hash; the hashes alone (4 bytes a key) tell which data rows
+    may match. When the delete rows fit :func:`_keys_budget`, they are held in memory and the data rows
+    are matched as their key columns are read; otherwise both sides are split by key hash into buckets
+    that do (data rows: only those whose hash a delete row has), and each bucket is matched in turn.
+    The data files' key columns are read on up to :data:`_KEY_READERS` threads.
+    """
+    from pyiceberg.schema import Schema
+
+    key_schema = Schema(*key_fields_of(metadata, side.ids))
+    names = [key_column(i) for i in side.ids]
+    deletes = StagedParquet(os.path.join(spill_dir, f"eq-keys-e{side.number}"))
+    try:
+        known = _stage_hashed_deletes(
+            io, metadata, kind, key_schema, names, partitions, limits, deletes, stats
+        )
+        if not deletes.close():
+            return
+        jobs = [
+            (ordinal, scanned, _partition_id(partitions, scanned.data_file))
+            for ordinal, scanned in enumerate(files)
+            if any(d.data_file.file_path in side.paths for d in scanned.delete_files)
+        ]
+        read = functools.partial(_read_data_keys, io, metadata, jobs, key_schema, names, known, limits, stats)
+        buckets = min(_MAX_KEY_BUCKETS, -(-deletes.total_bytes // _keys_budget(limits)))
+        if buckets <= 1:
+            in_memory = _delete_keys(_batches_of(deletes.path), names, side.is_global)
+            lock = threading.Lock()
+
+            def found(batch: pa.RecordBatch) -> None:
+                matched = _matched(in_memory, batch, names)
+                if matched.num_rows:
+                    with lock:
+                        out.write(matched)
+
+            read(found)
+        else:
+            _match_in_buckets(deletes, buckets, read, names, side, limits, spill_dir, out)
+    finally:
+        deletes.remove()
+
+
+def _stage_hashed_deletes(
+    io: FileIO,
+    metadata: TableMetadata,
+    kind: Sequence[ScannedDelete],
+    key_schema: Any,
+    names: Sequence[str],
+    partitions: dict[tuple[int, str], int],
+    limits: ResourceLimits,
+    deletes: StagedParquet,
+    stats: MatchStats,
+) -> HashSet | None:
+    """Stage the delete rows of one kind with their key hash; return the set of their hashes, or ``None``
+    when it would take more than a quarter of the memory limit (no data row is then ruled out by its hash
+    before the exact match)."""
+    import numpy as np
+
+    rows = sum(d.data_file.record_count for d in kind)
+    hashes: list[npt.NDArray[np.uint32]] | None = (
+        [] if rows * HASH_BYTES + HashSet.BITMAP_BYTES <= limits.memory_limit_bytes // 4 else None
+    )
+    for delete in kind:
+        for batch in _delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
+            hashed = key_hashes([batch.column(n) for n in names])
+            if hashes is not None:
+                hashes.append(hashed)
+            deletes.write(_with(batch, {_HASH: _uint32(hashed)}))
+    if hashes is None:
+        return None
+    return HashSet(np.concatenate(hashes) if hashes else np.empty(0, dtype=np.uint32))
+
+
+def _match_in_buckets(
+    deletes: StagedParquet,
+    buckets: int,
+    read: Callable[[Callable[[pa.RecordBatch], None]], None],
+    names: Sequence[str],
+    side: _Kind,
+    limits: ResourceLimits,
+    spill_dir: str,
+    out: StagedParquet,
+) -> None:
+    """Split the staged delete rows and the data rows ``read`` hands over into ``buckets`` by key hash,
+    then match bucket by bucket, each bucket's delete rows in memory."""
+    # Every bucket of one side buffers a row group: together a sixteenth of the limit.
+    row_group = max(_MIN_BUCKET_ROW_GROUP_BYTES, limits.memory_limit_bytes // 16 // buckets)
+
+    def stagers(side_name: str) -> list[StagedParquet]:
+        return [
+            StagedParquet(
+                os.path.join(spill_dir, f"eq-keys-{side_name}{side.number}-b{b:03d}"),
+                row_group,
+                _BUCKET_CHUNKS,
+            )
+            for b in range(buckets)
+        ]
+
+    split, candidates = stagers("e"), stagers("d")
+    lock = threading.Lock()
+
+    def stage(batch: pa.RecordBatch) -> None:
+        with lock:
+            _split_by_hash(batch, candidates, buckets)
+
+    try:
+        for batch in _batches_of(deletes.path):
+            _split_by_hash(batch, split, buckets)
+        written = [part.close() for part in split]  # their buffers go before the data's fill
+        deletes.remove()
+        read(stage)
+        for delete_part, data_part, has_deletes in zip(split, candidates, written, strict=True):
+            if data_part.close() and has_deletes:
+                for in_memory in _delete_key_slices(
+                    delete_part.path, names, side.is_global, _keys_budget(limits)
+                ):
+                    for batch in _batches_of(data_part.path):
+                        matched = _matched(in_memory, batch, names)
+                        if matched.num_rows:
+                            out.write(matched)
+            delete_part.remove()
+            data_part.remove()
+    finally:
+        for stager in (*split, *candidates):
+            stager.remove()
+
+
+def _keys_budget(limits: ResourceLimits) -> int:
+    """The most bytes of staged delete rows held in memory at once (a sixteenth of the memory limit: the
+    sorted copy and the probes' temporaries come on top, and whatever the allocator takes for them it
+    keeps for the rewrite that follows)."""
+    return max(1 << 20, limits.memory_limit_bytes // 16)
+
+
+def _uint32(values: npt.NDArray[np.uint32]) -> pa.Array:
+    import pyarrow as pa
+
+    return pa.array(values, type=pa.uint32())
+
+
+def _delete_key_batches(
+    io: FileIO,
+    metadata: TableMetadata,
+    delete: ScannedDelete,
+    key_schema: Any,
+    partitions: dict[tuple[int, str], int],
+    limits: ResourceLimits,
+    stats: MatchStats,
+) -> Iterator[pa.RecordBatch]:
+    """The key columns of one equality delete file, with its sequence number and partition id."""
+    import numpy as np
+    import pyarrow as pa
+
+    delete_file = delete.data_file
+    part = _partition_id(partitions, delete_file)
+    for batch in iter_data_file_batches(
+        io,
+        delete_file,
+        table_schema=key_schema,
+        spec=metadata.specs()[delete_file.spec_id],
+        name_mapping=metadata.name_mapping(),
+        format_version=metadata.format_version,
+        batch_size=read_batch_rows(delete_file, limits.batch_size),
+    ):
+        n = batch.num_rows
+        stats.delete_rows_read += n
+        yield _with(
+            batch,
+            {
+                _SEQ: pa.array(np.full(n, delete.data_sequence_number, dtype=np.int64)),
+                _PART: pa.array(np.full(n, part, dtype=np.int32)),
+            },
+        )
+
+
+def _batches_of(path: str) -> Iterator[pa.RecordBatch]:
+    """The batches of a closed staged set, part after part, row group by row group (about 256 KiB
+    each; none when it got no row)."""
+    import pyarrow.parquet as pq
+
+    if not os.path.isdir(path):
+        return
+    for name in sorted(os.listdir(path)):
+        parquet = pq.ParquetFile(os.path.join(path, name))
+        for group in range(parquet.num_row_groups):
+            yield from parquet.iter_batches(row_groups=[group], batch_size=1 << 20, use_threads=False)
+
+
+def _delete_keys(batches: Iterator[pa.RecordBatch], names: Sequence[str], is_global: bool) -> DeleteKeys:
+    """Staged delete rows (keys, sequence number, partition id, hash) as an in-memory :class:`DeleteKeys`."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = pa.Table.from_batches(list(batches)).combine_chunks()
+    return DeleteKeys(
+        [rows.column(n).combine_chunks() for n in names],
+        rows.column(_HASH).to_numpy().astype(np.uint32),
+        rows.column(_SEQ).to_numpy().astype(np.int64),
+        rows.column(_PART).to_numpy().astype(np.int32),
+        is_global=is_global,
+    )
+
+
+def _delete_key_slices(path: str, names: Sequence[str], is_global: bool, budget: int) -> Iterator[DeleteKeys]:
+    """A staged bucket of delete rows as in-memory :class:`DeleteKeys`, one slice of about ``budget``
+    bytes at a time (a bucket over the budget, from keys repeated many times, comes in several)."""
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in _batches_of(path):
+        pending.append(batch)
+        size += batch.nbytes
+        if size >= budget:
+            yield _delete_keys(iter(pending), names, is_global)
+            pending, size = [], 0
+    if pending:
+        yield _delete_keys(iter(pending), names, is_global)
+
+
+def _matched(keys: DeleteKeys, batch: pa.RecordBatch, names: Sequence[str]) -> pa.RecordBatch:
+    """The ``(ordinal, position)`` of the rows of a batch of data keys (keys, ordinal, position, sequence
+    number, partition id, hash) that ``keys`` deletes."""
+    import numpy as np
+    import pyarrow as pa
+
+    deleted = keys.deleted(
+        [batch.column(n) for n in names],
+        batch.column(_HASH).to_numpy().astype(np.uint32),
+        batch.column(_SEQ).to_numpy().astype(np.int64),
+        batch.column(_PART).to_numpy().astype(np.int32),
+    )
+    rows = pa.array(np.flatnonzero(deleted))
+    return pa.RecordBatch.from_arrays(
+        [batch.column(_ORD).take(rows), batch.column(_POS).take(rows)], names=[ORD, POS]
+    )
+
+
+def _split_by_hash(batch: pa.RecordBatch, stagers: Sequence[StagedParquet], buckets: int) -> None:
+    """Write each row of ``batch`` to the stager of its key hash's bucket.
+
+    Each bucket gets a copy of its rows, not a slice of the batch: a stager keeps what it is given until
+    its row group fills, and slices would keep every batch whole in each of the buckets' buffers.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    which = bucket_of(batch.column(_HASH).to_numpy().astype(np.uint32), buckets)
+    order = np.argsort(which, kind="stable")
+    values, starts = np.unique(which[order], return_index=True)
+    for value, start, end in zip(values, starts, [*starts[1:], len(order)], strict=True):
+        stagers[int(value)].write(batch.take(pa.array(order[start:end])))
+
+
+def _read_data_keys(
+    io: FileIO,
+    metadata: TableMetadata,
+    jobs: Sequence[tuple[int, ScannedFile, int]],
+    key_schema: Any,
+    names: Sequence[str],
+    known: HashSet | None,
+    limits: ResourceLimits,
+    stats: MatchStats,
+    emit: Callable[[pa.RecordBatch], None],
+) -> None:
+    """Read the key columns of the live rows of the ``(ordinal, data file, partition id)`` jobs, on up
+    to :data:`_KEY_READERS` threads, and hand ``emit`` those whose hash is ``known`` (every live row when
+    ``known`` is ``None``) with their ordinal, position, sequence number, partition id and hash.
+    ``emit`` is called from the reading threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    readers = max(1, min(_KEY_READERS, limits.target_partitions, len(jobs)))
+    counts = [0] * len(jobs)
+
+    def read(job: int) -> None:
+        counts[job] = _data_key_candidates(io, metadata, *jobs[job], key_schema, names, known, limits, emit)
+        # Two threads decoding and hashing leave freed memory in their malloc arenas: hand it back as
+        # each file is done, or it adds up to tens of MiB beside the budget.
+        release_memory(arrow=False)
+
+    if readers == 1:
+        for job in range(len(jobs)):
+            read(job)
+    else:
+        with ThreadPoolExecutor(readers, thread_name_prefix="iceberg-exec-keys") as pool:
+            futures = [pool.submit(read, job) for job in range(len(jobs))]
+            try:
+                for future in futures:
+                    future.result()
+            finally:
+                for future in futures:
+                    future.cancel()
+    stats.data_rows_read += sum(counts)
+
+
+def _data_key_candidates(
+    io: FileIO,
+    metadata: TableMetadata,
+    ordinal: int,
+    scanned: ScannedFile,
+    part: int,
+    key_schema: Any,
+    names: Sequence[str],
+    known: HashSet | None,
+    limits: ResourceLimits,
+    emit: Callable[[pa.RecordBatch], None],
+) -> int:
+    """One data file's part of :func:`_read_data_keys`; returns the rows read."""
+    import numpy as np
+    import pyarrow as pa
+
+    data_file = scanned.data_file
+    gone = deleted_positions(io, scanned)
+    start = 0
+    for batch in iter_data_file_batches(
+        io,
+        data_file,
+        table_schema=key_schema,
+        spec=metadata.specs()[data_file.spec_id],
+        name_mapping=metadata.name_mapping(),
+        format_version=metadata.format_version,
+        batch_size=read_batch_rows(data_file, limits.batch_size),
+    ):
+        first, n = start, batch.num_rows
+        positions = np.arange(first, first + n, dtype=np.int64)
+        start += n
+        hashed = key_hashes([batch.column(c) for c in names])
+        keep = known.contains(hashed) if known is not None else None
+        low, high = np.searchsorted(gone, [first, first + n])
+        if low < high:  # rows a position delete or a DV removed are not live
+            keep = np.ones(n, dtype=bool) if keep is None else keep
+            keep[gone[low:high] - first] = False
+        if keep is not None:
+            rows = np.flatnonzero(keep)
+            batch, positions, hashed = batch.take(pa.array(rows)), positions[rows], hashed[rows]
+            n = batch.num_rows
+        if n:
+            emit(
+                _with(
+                    batch,
+                    {
+                        _ORD: pa.array(np.full(n, ordinal, dtype=np.int32)),
+                        _POS: pa.array(positions),
+                        _SEQ: pa.array(np.full(n, scanned.data_sequence_number, dtype=np.int64)),
+                        _PART: pa.array(np.full(n, part, dtype=np.int32)),
+                        _HASH: _uint32(hashed),
+                    },
+                )
+            )
+    return start
 
 
 def _stage_data_keys(

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine import progress
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
@@ -37,6 +37,7 @@ __all__ = [
     "build_session",
     "datafusion_errors",
     "prepare_spill_dir",
+    "release_memory",
     "resource_error",
     "track_resources",
 ]
@@ -110,6 +111,33 @@ class ExecutionStats:
     elapsed_seconds: float = 0.0
     #: the RSS at the last sample, for progress reports
     rss_bytes: int = 0
+
+
+def release_memory(*, arrow: bool = True) -> None:
+    """Hand freed memory back to the system between the phases of an execution.
+
+    PyArrow's allocator keeps freed pages for reuse, and so does the C library's malloc (NumPy's arrays;
+    each thread gets an arena of its own): after a phase that worked on other threads (the equality
+    matcher's key readers), the next phase would otherwise start with their high-water mark in its RSS.
+    """
+    import ctypes
+    import ctypes.util
+
+    import pyarrow as pa
+
+    if arrow:
+        pa.default_memory_pool().release_unused()
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc: nothing to trim
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM: Any = None
 
 
 def _dir_size(path: str) -> int:

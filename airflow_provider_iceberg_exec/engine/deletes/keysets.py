@@ -1,0 +1,274 @@
+"""Exact, null-safe matching of equality delete keys in memory, without DataFusion.
+
+Equality deletes name keys; a data row is deleted when a delete row has the same key (null equal to
+null), a higher sequence number and, unless the delete is global, the same partition (spec 6.2). The
+keys of both sides are hashed by the Iceberg bucket transform (PyIceberg's Rust core, murmur3 of each
+value's spec-defined bytes, so an ``int`` and a ``long`` of one value hash alike), combined over the key
+columns. A set of delete rows (:class:`DeleteKeys`), sorted by that hash, is probed by a batch of data
+rows: a row whose hash no delete row has is not deleted; the others are compared to the delete rows of
+their hash, every key column exactly and null-safely. So a hash collision costs a comparison, never a
+wrong delete.
+
+Only the key types the bucket transform takes are hashed (:func:`hashable`): whole numbers, decimals,
+dates, times, timestamps, strings, UUIDs, fixed and binary. Float, double and boolean keys go the way of
+:mod:`.matches`' spilling join, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow as pa
+    from pyiceberg.types import NestedField
+
+__all__ = ["HASH_BYTES", "DeleteKeys", "HashSet", "bucket_of", "hashable", "in_sorted", "key_hashes"]
+
+#: bytes one key's hash costs in memory
+HASH_BYTES = 4
+#: the bucket transform's largest bucket count: hashes 0 .. 2**31 - 2; a NULL value hashes to 2**32 - 1
+_MODULUS = 2**31 - 1
+_NULL_HASH = 0xFFFFFFFF
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def hashable(key_fields: Sequence[NestedField]) -> bool:
+    """Whether every key field has a type the bucket transform hashes (no float, double or boolean)."""
+    from pyiceberg.types import (
+        BinaryType,
+        DateType,
+        DecimalType,
+        FixedType,
+        IntegerType,
+        LongType,
+        StringType,
+        TimestampNanoType,
+        TimestampType,
+        TimestamptzNanoType,
+        TimestamptzType,
+        TimeType,
+        UUIDType,
+    )
+
+    types = (
+        BinaryType,
+        DateType,
+        DecimalType,
+        FixedType,
+        IntegerType,
+        LongType,
+        StringType,
+        TimestampNanoType,
+        TimestampType,
+        TimestamptzNanoType,
+        TimestamptzType,
+        TimeType,
+        UUIDType,
+    )
+    return bool(key_fields) and all(isinstance(f.field_type, types) for f in key_fields)
+
+
+def _storage(array: pa.Array) -> pa.Array:
+    """The storage of an extension array (a UUID is 16 fixed bytes), the array itself otherwise."""
+    import pyarrow as pa
+
+    return array.storage if isinstance(array.type, pa.BaseExtensionType) else array
+
+
+def key_hashes(columns: Sequence[pa.Array]) -> npt.NDArray[np.uint32]:
+    """One 32-bit hash per row of the key ``columns`` (equal keys, nulls included, hash alike).
+
+    >>> import pyarrow as pa
+    >>> a = key_hashes([pa.array(["x", None, "x"]), pa.array([1, 2, 1])])
+    >>> bool(a[0] == a[2]), bool(a[0] == a[1])
+    (True, False)
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+    from pyiceberg_core.transform import bucket
+
+    if not len(columns[0]):
+        return np.empty(0, dtype=np.uint32)
+    combined: npt.NDArray[np.uint64] | None = None
+    for column in columns:
+        hashed = pc.fill_null(bucket(_storage(column), _MODULUS), -1)
+        # -1 (NULL) becomes 2**32 - 1, above every hash the transform gives
+        word: npt.NDArray[np.uint64] = (
+            hashed.to_numpy(zero_copy_only=False).astype(np.int64).astype(np.uint64)
+        )
+        word &= np.uint64(_NULL_HASH)
+        if len(columns) == 1:
+            single: npt.NDArray[np.uint32] = word.astype(np.uint32)
+            return single
+        combined = word if combined is None else (combined * np.uint64(_GOLDEN)) ^ word
+    assert combined is not None
+    mixed = (combined ^ (combined >> np.uint64(31))) * np.uint64(_GOLDEN)
+    result: npt.NDArray[np.uint32] = (mixed >> np.uint64(32)).astype(np.uint32)
+    return result
+
+
+def bucket_of(hashes: npt.NDArray[np.uint32], buckets: int) -> npt.NDArray[np.int64]:
+    """The bucket (0 .. ``buckets`` - 1) of each hash: other bits than those a sorted search uses."""
+    import numpy as np
+
+    mixed = (hashes.astype(np.uint64) * np.uint64(_GOLDEN)) >> np.uint64(33)
+    return (mixed % np.uint64(buckets)).astype(np.int64)
+
+
+def in_sorted(values: npt.NDArray[Any], sorted_unique: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Which ``values`` are among ``sorted_unique``."""
+    import numpy as np
+
+    if not len(sorted_unique):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_unique, values), len(sorted_unique) - 1)
+    found: npt.NDArray[np.bool_] = sorted_unique[at] == values
+    return found
+
+
+class HashSet:
+    """A set of key hashes: which hashes of a batch are in it.
+
+    A bitmap of the hashes' top 25 bits (4 MiB) answers first; only the hashes it lets through are
+    looked up in the sorted hashes (a search per row cost more than reading and hashing the keys).
+    """
+
+    #: bytes of the bitmap, whatever the number of hashes
+    BITMAP_BYTES = 1 << 22
+    _SHIFT = 7  # 32-bit hashes, 2**25 bits
+
+    def __init__(self, hashes: npt.NDArray[np.uint32]) -> None:
+        import numpy as np
+
+        self._sorted = np.unique(hashes)
+        self._bits = np.zeros(self.BITMAP_BYTES, dtype=np.uint8)
+        slots = (self._sorted >> np.uint32(self._SHIFT)).astype(np.int64)
+        np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def contains(self, hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
+        """Which of ``hashes`` are in the set."""
+        import numpy as np
+
+        slots = (hashes >> np.uint32(self._SHIFT)).astype(np.int64)
+        found: npt.NDArray[np.bool_] = ((self._bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & 1).astype(
+            bool
+        )
+        maybe = np.flatnonzero(found)
+        if len(maybe):
+            found[maybe] = in_sorted(hashes[maybe], self._sorted)
+        return found
+
+
+def _slots(hashes: npt.NDArray[np.uint32], partitions: npt.NDArray[np.int32]) -> npt.NDArray[np.uint64]:
+    """One 64-bit word of hash and partition id per row (partition ids are small and not negative)."""
+    import numpy as np
+
+    words: npt.NDArray[np.uint64] = (hashes.astype(np.uint64) << np.uint64(32)) | partitions.astype(np.uint64)
+    return words
+
+
+def _equal(left: pa.Array, right: pa.Array) -> npt.NDArray[np.bool_]:
+    """Null-safe equality of two arrays of one type, row by row (NULL equals NULL)."""
+    import pyarrow.compute as pc
+
+    left, right = _storage(left), _storage(right)
+    equal = pc.fill_null(pc.equal(left, right), False)
+    if left.null_count or right.null_count:
+        equal = pc.or_(equal, pc.and_(pc.is_null(left), pc.is_null(right)))
+    result: npt.NDArray[np.bool_] = equal.to_numpy(zero_copy_only=False)
+    return result
+
+
+class DeleteKeys:
+    """Delete rows held in memory, sorted by key hash: which data rows they delete.
+
+    Rows with the same key and partition are kept once, with their highest sequence number (a data row
+    is deleted by any of them exactly when it is by the highest).
+
+    :param keys: the delete rows' key columns (one array per key field, all of one length).
+    :param hashes: :func:`key_hashes` of ``keys``.
+    :param sequence_numbers: each delete row's data sequence number.
+    :param partitions: each delete row's partition id (ignored when ``is_global``).
+    :param is_global: the deletes apply whatever the data row's partition.
+    """
+
+    def __init__(
+        self,
+        keys: Sequence[pa.Array],
+        hashes: npt.NDArray[np.uint32],
+        sequence_numbers: npt.NDArray[np.int64],
+        partitions: npt.NDArray[np.int32],
+        *,
+        is_global: bool,
+    ) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        self._global = is_global
+        parts = np.zeros(len(hashes), dtype=np.int32) if is_global else partitions
+        order = np.lexsort((parts, hashes))
+        hashes, parts, seqs = hashes[order], parts[order], sequence_numbers[order]
+        indices = pa.array(order)
+        columns = [column.take(indices) for column in keys]
+        repeat = np.zeros(len(hashes), dtype=bool)
+        if len(hashes) > 1:
+            same = np.flatnonzero((hashes[1:] == hashes[:-1]) & (parts[1:] == parts[:-1])) + 1
+            if len(same):
+                here, before = pa.array(same), pa.array(same - 1)
+                equal = np.ones(len(same), dtype=bool)
+                for column in columns:
+                    equal &= _equal(column.take(here), column.take(before))
+                repeat[same[equal]] = True
+        if repeat.any():
+            firsts = np.flatnonzero(~repeat)
+            seqs = np.maximum.reduceat(seqs, firsts)
+            hashes, parts = hashes[firsts], parts[firsts]
+            kept = pa.array(firsts)
+            columns = [column.take(kept) for column in columns]
+        # Sorted by hash and partition: a data row looks up the delete rows of both at once.
+        self._slots = _slots(hashes, parts)
+        self._seqs = seqs
+        self._keys = columns
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def deleted(
+        self,
+        keys: Sequence[pa.Array],
+        hashes: npt.NDArray[np.uint32],
+        sequence_numbers: npt.NDArray[np.int64],
+        partitions: npt.NDArray[np.int32],
+    ) -> npt.NDArray[np.bool_]:
+        """Which of these data rows (key columns, :func:`key_hashes`, sequence numbers, partition ids) a
+        delete row deletes: same key null-safely, higher sequence number, same partition unless global.
+        """
+        import numpy as np
+        import pyarrow as pa
+
+        deleted = np.zeros(len(hashes), dtype=bool)
+        if not len(self._slots) or not len(hashes):
+            return deleted
+        slots = _slots(hashes, np.zeros(len(hashes), dtype=np.int32) if self._global else partitions)
+        low = np.searchsorted(self._slots, slots, side="left")
+        count = np.searchsorted(self._slots, slots, side="right") - low
+        # Several delete rows share a slot only for distinct keys of one hash: nearly never more than one.
+        for offset in range(int(count.max())):
+            rows = np.flatnonzero(count > offset)
+            at = low[rows] + offset
+            possible = self._seqs[at] > sequence_numbers[rows]
+            rows, at = rows[possible], at[possible]
+            if not len(rows):
+                continue
+            equal = np.ones(len(rows), dtype=bool)
+            data_rows, delete_rows = pa.array(rows), pa.array(at)
+            for data, delete in zip(keys, self._keys, strict=True):
+                equal &= _equal(data.take(data_rows), delete.take(delete_rows))
+            deleted[rows[equal]] = True
+        return deleted
