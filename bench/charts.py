@@ -52,6 +52,8 @@ CASES: dict[str, dict[str, tuple[str, str]]] = {
         "pyiceberg-sort": ("pyiceberg", "PyIceberg scan + sort_by + overwrite"),
         "floor": ("floor", "floor: PyArrow read + write"),
         "datafusion": ("other", "DataFusion read + write"),
+        "spark": ("spark", "Spark rewrite_data_files binpack"),
+        "spark-sort": ("spark", "Spark rewrite_data_files sort"),
     },
     "cow": {
         "cow": ("ours", "iceberg-exec delete"),

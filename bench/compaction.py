@@ -61,10 +61,14 @@ ZORDER = "zorder(user_id, event_ts)"
 #: what runs when ``--cases`` is not given
 DEFAULT_CASES = ("binpack", "sort", "zorder", "pyiceberg", "pyiceberg-sort", "floor", "datafusion")
 #: ``binpack+progress``: binpack with a progress listener attached (the engine's progress hook's cost)
-CASES = (*DEFAULT_CASES[:1], "binpack+progress", *DEFAULT_CASES[1:])
-ICEBERG_CASES = ("binpack", "binpack+progress", "sort", "zorder", "pyiceberg", "pyiceberg-sort")
+#: ``spark``, ``spark-sort``: Java Iceberg 1.10's ``rewrite_data_files`` in local Spark (needs Java 17 and
+#: the interop set-up of tests/interop, as bench/mor.py's Spark case)
+SPARK_CASES = ("spark", "spark-sort")
+CASES = (*DEFAULT_CASES[:1], "binpack+progress", *DEFAULT_CASES[1:], *SPARK_CASES)
+ICEBERG_CASES = ("binpack", "binpack+progress", "sort", "zorder", "pyiceberg", "pyiceberg-sort", *SPARK_CASES)
 #: the cases whose output files must each follow SORT_ORDER
-SORTED_CASES = ("sort", "pyiceberg-sort")
+SORTED_CASES = ("sort", "pyiceberg-sort", "spark-sort")
+SPARK_DRIVER_MEMORY = "4g"
 OUR_CASES = ("binpack", "binpack+progress", "sort", "zorder")
 TARGETS = {"peak_rss_mib": 600}
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -614,7 +618,26 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     return {**result, "engine_sha256": engine}
 
 
+def _worker_spark(dataset: dict[str, Any], run_dir: str, sort: bool) -> dict[str, Any]:
+    """``rewrite_data_files`` with the engine cases' target size (binpack), or strategy ``sort`` by
+    SORT_ORDER; peak RSS: the JVM's and the Python driver's ``VmHWM`` (bench/mor.py's ``spark_procedure``)."""
+    mor = _sibling("mor")
+    arguments = {"strategy": "sort", "sort_order": SORT_ORDER} if sort else None
+    found: dict[str, Any] = mor.spark_procedure(
+        dataset["metadata_location"],
+        run_dir,
+        SPARK_DRIVER_MEMORY,
+        "rewrite_data_files",
+        {"target-file-size-bytes": str(TARGET_FILE_SIZE)},
+        arguments,
+    )
+    found["metadata_location"] = "file://" + mor._local(found["metadata_location"])
+    return found
+
+
 def _run_worker_case(case: str, dataset: dict[str, Any], run_dir: str) -> dict[str, Any]:
+    if case in SPARK_CASES:
+        return _worker_spark(dataset, run_dir, sort=case == "spark-sort")
     if case in ICEBERG_CASES:
         table = _run_table(run_dir, dataset["metadata_location"])
         if case in ("pyiceberg", "pyiceberg-sort"):
@@ -702,6 +725,10 @@ def run_case(
     measured = _run_child([case, "--run-dir", run_dir], args.out, result_path, wrap)
     with open(result_path) as f:
         result = {"case": case, **json.load(f), **measured}
+    if case in SPARK_CASES:
+        # ru_maxrss covers the larger of the Python child and its reaped JVM, not their sum.
+        result["ru_maxrss_bytes"] = measured["peak_rss_bytes"]
+        result["peak_rss_bytes"] = result["jvm_peak_rss_bytes"] + result["python_peak_rss_bytes"]
     result["load_before"] = round(load_before, 2)
     result["load_after"] = round(os.getloadavg()[0], 2)
     stray = _sweep(dataset, args.out)
@@ -831,6 +858,8 @@ def render(report: dict[str, Any]) -> str:
         "pyiceberg": "PyIceberg scan().to_arrow() + overwrite",
         "floor": f"floor: PyArrow read + write, {floor.get('streams', 1)} stream(s)",
         "pyiceberg-sort": "PyIceberg scan().to_arrow() + sort_by + overwrite",
+        "spark": f"Spark rewrite_data_files binpack (driver {SPARK_DRIVER_MEMORY})",
+        "spark-sort": f"Spark rewrite_data_files sort (driver {SPARK_DRIVER_MEMORY})",
         "datafusion": "DataFusion read_parquet + write_parquet",
     }
     lines = [

@@ -493,11 +493,17 @@ def worker_spark(metadata_location: str, run_dir: str, driver_memory: str) -> di
 
 
 def spark_procedure(
-    metadata_location: str, run_dir: str, driver_memory: str, procedure: str, options: dict[str, str]
+    metadata_location: str,
+    run_dir: str,
+    driver_memory: str,
+    procedure: str,
+    options: dict[str, str],
+    arguments: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """``CALL spark_cat.system.<procedure>(table => 'db.events', options => map(...))`` on a Hadoop
     catalog table opened at ``metadata_location``, new files under ``<run_dir>/data``; time = the CALL.
-    Empty ``options``: no ``options`` argument (``rewrite_manifests`` has none).
+    Empty ``options``: no ``options`` argument (``rewrite_manifests`` has none). ``arguments``: more
+    named string arguments (``strategy``, ``sort_order`` of ``rewrite_data_files``).
     """
     from pyspark import SparkContext
 
@@ -519,7 +525,10 @@ def spark_procedure(
     opts = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
     # Procedures without an options map (rewrite_manifests) are called with the table only.
     with_options = f", options => map({opts})" if options else ""
-    call = f"CALL spark_cat.system.{procedure}(table => '{SPARK_NAMESPACE}.{SPARK_TABLE}'{with_options})"
+    named = "".join(f", {name} => '{value}'" for name, value in (arguments or {}).items())
+    call = (
+        f"CALL spark_cat.system.{procedure}(table => '{SPARK_NAMESPACE}.{SPARK_TABLE}'{named}{with_options})"
+    )
     t1 = time.monotonic()
     row = spark.sql(call).collect()[0].asDict()
     seconds = time.monotonic() - t1
