@@ -222,15 +222,18 @@ def _sort_table(table: pa.Table, order: Sequence[SortColumn]) -> pa.Table:
     import pyarrow.compute as pc
 
     images: list[pa.Array] = []
-    sort_keys: list[tuple[str, str, str]] = []
+    sort_keys: list[tuple[str, str]] = []
     for name, ascending, nulls_first in order:
-        for image in _sort_images(table.column(name).combine_chunks()):
-            key = f"k{len(images)}"
+        column = table.column(name).combine_chunks()
+        if column.null_count:
+            # Each key's own null placement as a flag sorted first (False before True): PyArrow before 24
+            # takes one null placement for all the keys of a sort.
+            images.append(pc.is_valid(column) if nulls_first else pc.is_null(column))
+            sort_keys.append((f"k{len(sort_keys)}", "ascending"))
+        for image in _sort_images(column):
             images.append(image)
-            sort_keys.append(
-                (key, "ascending" if ascending else "descending", "at_start" if nulls_first else "at_end")
-            )
-    keys = pa.table(images, names=[key for key, _dir, _nulls in sort_keys])
+            sort_keys.append((f"k{len(sort_keys)}", "ascending" if ascending else "descending"))
+    keys = pa.table(images, names=[key for key, _dir in sort_keys])
     del images
     indices = pc.sort_indices(keys, sort_keys=sort_keys)
     del keys
