@@ -59,9 +59,9 @@ _DECODED_PER_STORED_BYTE = 2
 #: How often a blocked producer checks whether its consumer went away.
 _POLL_SECONDS = 0.1
 #: A data file up to this many stored bytes is read whole, in one request, by a worker thread ahead of
-#: the stream (:func:`read_files_ahead`): a tiny file costs about 0.5 ms of CPU to open and decode, most
-#: of it per column chunk and outside the GIL, so streaming-ingestion tables of thousands of files are
-#: bound by the file count, not the bytes.
+#: the stream (:func:`read_files_ahead`): a tiny file costs about 0.4 ms of CPU to open and decode (half of
+#: it zstd's set-up per column chunk), so tables of thousands of small files are bound by the file count,
+#: not the bytes, and the next files' decoding overlaps the Python work on this one.
 SMALL_FILE_BYTES = 1 << 20
 #: Threads that read small files ahead, and how far ahead they may be, in files and stored bytes.
 _AHEAD_WORKERS = 2
@@ -260,8 +260,9 @@ def read_files_ahead(
 
     A file of at most :data:`SMALL_FILE_BYTES` (``size_of``, its stored bytes) is read whole by one of
     :data:`_AHEAD_WORKERS` threads, up to :data:`_AHEAD_FILES` files and :data:`_AHEAD_STORED_BYTES`
-    stored bytes ahead of the caller, so a table of many small files is decoded on every core; a larger
-    file is streamed by the caller when its turn comes. An error reading a file is raised when its turn
+    stored bytes ahead of the caller (measured on 5,000 20-row files: 0.75 -> 0.70 ms a file; the Python
+    work per file holds the GIL, so two workers do not halve it); a larger file is streamed by the
+    caller when its turn comes. An error reading a file is raised when its turn
     comes, as a streamed read would raise it. Close the generator when stopping early: pending reads are
     cancelled and the workers joined.
     """
