@@ -37,36 +37,22 @@ _GOLDEN = 0x9E3779B97F4A7C15
 
 def hashable(key_fields: Sequence[NestedField]) -> bool:
     """Whether every key field has a type the bucket transform hashes (no float, double or boolean)."""
-    from pyiceberg.types import (
-        BinaryType,
-        DateType,
-        DecimalType,
-        FixedType,
-        IntegerType,
-        LongType,
-        StringType,
-        TimestampNanoType,
-        TimestampType,
-        TimestamptzNanoType,
-        TimestamptzType,
-        TimeType,
-        UUIDType,
-    )
+    from pyiceberg import types as t
 
     types = (
-        BinaryType,
-        DateType,
-        DecimalType,
-        FixedType,
-        IntegerType,
-        LongType,
-        StringType,
-        TimestampNanoType,
-        TimestampType,
-        TimestamptzNanoType,
-        TimestamptzType,
-        TimeType,
-        UUIDType,
+        t.BinaryType,
+        t.DateType,
+        t.DecimalType,
+        t.FixedType,
+        t.IntegerType,
+        t.LongType,
+        t.StringType,
+        t.TimestampNanoType,
+        t.TimestampType,
+        t.TimestamptzNanoType,
+        t.TimestamptzType,
+        t.TimeType,
+        t.UUIDType,
     )
     return bool(key_fields) and all(isinstance(f.field_type, types) for f in key_fields)
 
