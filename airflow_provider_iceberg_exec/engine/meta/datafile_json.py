@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from pyiceberg.conversions import from_bytes, to_bytes
 from pyiceberg.manifest import DATA_FILE_TYPE, DataFile, DataFileContent, FileFormat
@@ -213,40 +213,43 @@ def _typed_bound(field_type: PrimitiveType | None, raw: bytes) -> Any:
     return value
 
 
-#: The bound types of the schemas seen last, by identity: a plan or a commit codes every file of a table
-#: against one Schema object, and indexing it (a visitor) cost more than the file's own coding.
-_BOUND_TYPES_CACHE: dict[int, tuple[Schema, Mapping[int, PrimitiveType]]] = {}
-_BOUND_TYPES_CACHED = 8
-_PARTITION_FIELDS_CACHE: dict[tuple[int, int], tuple[PartitionSpec, Schema, tuple[NestedField, ...]]] = {}
+#: Values built from the schema (and spec) objects seen last, by identity: a plan or a commit codes every
+#: file of a table against one Schema object, and indexing it (a visitor) cost more than the file's own
+#: coding; PyIceberg builds a new partition struct type on every call, a fifth of decoding an entry.
+_BY_IDENTITY: dict[tuple[str, tuple[int, ...]], tuple[tuple[object, ...], Any]] = {}
+_BY_IDENTITY_CACHED = 16
+T = TypeVar("T")
+
+
+def _by_identity(kind: str, objects: tuple[object, ...], build: Callable[[], T]) -> T:
+    """``build()``, cached by the identity of ``objects`` (the entry holds them: their ids are not reused)."""
+    key = (kind, tuple(id(o) for o in objects))
+    cached = _BY_IDENTITY.get(key)
+    if cached is not None and all(a is b for a, b in zip(cached[0], objects, strict=True)):
+        return cast(T, cached[1])
+    value = build()
+    if len(_BY_IDENTITY) >= _BY_IDENTITY_CACHED:
+        _BY_IDENTITY.pop(next(iter(_BY_IDENTITY)))
+    _BY_IDENTITY[key] = (objects, value)
+    return value
 
 
 def _partition_fields(spec: PartitionSpec, schema: Schema) -> tuple[NestedField, ...]:
-    """``spec.partition_type(schema).fields``, built once per spec and schema object: PyIceberg builds a
-    new struct type on every call, a fifth of decoding an entry."""
-    cached = _PARTITION_FIELDS_CACHE.get((id(spec), id(schema)))
-    if cached is not None and cached[0] is spec and cached[1] is schema:  # held: the ids are not reused
-        return cached[2]
-    fields = tuple(spec.partition_type(schema).fields)
-    if len(_PARTITION_FIELDS_CACHE) >= _BOUND_TYPES_CACHED:
-        _PARTITION_FIELDS_CACHE.pop(next(iter(_PARTITION_FIELDS_CACHE)))
-    _PARTITION_FIELDS_CACHE[(id(spec), id(schema))] = (spec, schema, fields)
-    return fields
+    """``spec.partition_type(schema).fields``, built once per spec and schema object."""
+    return _by_identity("partition", (spec, schema), lambda: tuple(spec.partition_type(schema).fields))
 
 
 def _bound_types(schema: Schema) -> Mapping[int, PrimitiveType]:
-    cached = _BOUND_TYPES_CACHE.get(id(schema))
-    if cached is not None and cached[0] is schema:  # the entry holds the schema: its id is not reused
-        return cached[1]
-    types = dict(_RESERVED_BOUND_TYPES)
-    types.update(
-        (field_id, field.field_type)
-        for field_id, field in index_by_id(schema).items()
-        if isinstance(field.field_type, PrimitiveType)
-    )
-    if len(_BOUND_TYPES_CACHE) >= _BOUND_TYPES_CACHED:
-        _BOUND_TYPES_CACHE.pop(next(iter(_BOUND_TYPES_CACHE)))
-    _BOUND_TYPES_CACHE[id(schema)] = (schema, types)
-    return types
+    def build() -> Mapping[int, PrimitiveType]:
+        types = dict(_RESERVED_BOUND_TYPES)
+        types.update(
+            (field_id, field.field_type)
+            for field_id, field in index_by_id(schema).items()
+            if isinstance(field.field_type, PrimitiveType)
+        )
+        return types
+
+    return _by_identity("bounds", (schema,), build)
 
 
 # ---------------------------------------------------------------------------------------------------------
