@@ -61,12 +61,71 @@ if TYPE_CHECKING:
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
     from airflow_provider_iceberg_exec.engine.contracts import CompactionPlan, CompactionResult, RewriteResult
 
-__all__ = ["CompactionOperator", "CompactionPlanOperator", "CompactionRewriteOperator"]
+__all__ = [
+    "BoundedRewriteOperator",
+    "CompactionOperator",
+    "CompactionPlanOperator",
+    "CompactionRewriteOperator",
+    "OneTaskCommitOperator",
+    "TablePlanOperator",
+]
 
 _GIB = 1024**3
 
 
-class CompactionPlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
+class TablePlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
+    """Base of the plan tasks over a table's scope: plan with the engine, return one task spec per group.
+
+    Subclasses name the engine call (:meth:`_plan`, which also logs what it chose) and the staged specs'
+    file prefix; this class holds the scope (table, filter, options, branch) and stages the specs.
+
+    :param table: the table, ``"namespace.table"`` (templated).
+    :param where: a PyIceberg row filter selecting the rows (and so the files and partitions) considered,
+        e.g. ``"event_date >= '2024-01-01'"`` (templated).
+    :param options: the Spark procedure's options by name, e.g. ``{"min-input-files": "2"}``; empty
+        values are dropped; a JSON object string is accepted (templated).
+    :param branch: the branch (templated).
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection of the catalog (templated).
+    :param payload_file_threshold: above this many files the specs are staged in files under the table's
+        ``metadata/iceberg-exec-staging/`` and XCom carries references; default
+        ``[iceberg_exec] payload_file_threshold``.
+    """
+
+    template_fields: Sequence[str] = ("table", "where", "options", "branch", "iceberg_exec_conn_id")
+    template_fields_renderers = {"options": "json", "where": "sql"}
+    ui_color = "#cfe8fc"
+    #: a staged spec's file name: this prefix and the spec's group or task id
+    part_prefix = "group-"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        where: str | None = None,
+        options: Mapping[str, Any] | str | None = None,
+        branch: str = "main",
+        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+        payload_file_threshold: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = table
+        self.where = where
+        self.options = options
+        self.branch = branch
+        self.iceberg_exec_conn_id = iceberg_exec_conn_id
+        self.payload_file_threshold = payload_file_threshold
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
+        return plan_and_stage(self, context, self._plan, part_prefix=self.part_prefix)
+
+    def _plan(self, table: Table) -> Mapping[str, Any]:
+        """Call the engine's planner and log what it chose; return the plan document."""
+        raise NotImplementedError
+
+
+class CompactionPlanOperator(TablePlanOperator):
     """Plan a compaction: select the files to rewrite and group them; return one task spec per group.
 
     The returned list is meant for dynamic task mapping
@@ -105,37 +164,18 @@ class CompactionPlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
         "iceberg_exec_conn_id",
     )
 
-    template_fields_renderers = {"options": "json", "where": "sql"}
-    ui_color = "#cfe8fc"
-
     def __init__(
         self,
         *,
-        table: str,
-        where: str | None = None,
-        options: Mapping[str, Any] | str | None = None,
         strategy: str = "binpack",
         sort_order: str | None = None,
-        branch: str = "main",
-        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
-        payload_file_threshold: int | None = None,
         only_files_with_equality_deletes: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.table = table
-        self.where = where
-        self.options = options
         self.strategy = strategy
         self.sort_order = sort_order
-        self.branch = branch
-        self.iceberg_exec_conn_id = iceberg_exec_conn_id
-        self.payload_file_threshold = payload_file_threshold
         self.only_files_with_equality_deletes = only_files_with_equality_deletes
-
-    def execute(self, context: Context) -> list[dict[str, Any]]:
-        """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
-        return plan_and_stage(self, context, self._plan, part_prefix="group-")
 
     def _plan(self, table: Table) -> CompactionPlan:
         """Plan the compaction (engine ``plan_compaction``) and log what it chose."""
@@ -296,12 +336,107 @@ class CompactionRewriteOperator(BoundedRewriteOperator):
         _log_rewrite(self, result)
 
 
-class CompactionOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
+class OneTaskCommitOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
+    """Base of the operations that plan, execute and commit in one task (for small and medium tables).
+
+    The commit id derives from the DAG, run and task, so a retry after a commit that landed reports it and
+    succeeds; the table's asset is emitted through the ``iceberg-exec-commits`` asset alias when a snapshot
+    lands; bad input fails the task without retry, with a one-line reason, and leaves the table unchanged.
+    Subclasses name the engine call (:meth:`_run`) and the log's verb (:attr:`_doing`).
+
+    :param table: the table, ``"namespace.table"`` (templated).
+    :param where: a PyIceberg row filter limiting what is considered (templated).
+    :param options: the Spark procedure's options by name; empty values are dropped; a JSON object string
+        is accepted (templated).
+    :param branch: the branch (templated).
+    :param memory_limit: the execution's memory limit, e.g. ``"1GiB"``; default
+        ``[iceberg_exec] memory_limit`` (templated).
+    :param iceberg_exec_conn_id: the ``iceberg_exec`` connection (templated).
+    :param commit_id: overrides the derived commit id (templated).
+    :param asset_alias: the asset alias the table's asset is emitted through; ``None`` for none.
+    :param pool: the task's pool; default ``[iceberg_exec] pool``.
+    :param pool_slots: the slots the task takes; default derived from ``[iceberg_exec] memory_limit`` (for
+        a literal ``memory_limit``, pass ``settings.pool_slots_for(memory_limit)``).
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "where",
+        "options",
+        "branch",
+        "memory_limit",
+        "iceberg_exec_conn_id",
+        "commit_id",
+    )
+    template_fields_renderers = {"options": "json", "where": "sql"}
+    partial = PoolDefaultsPartial()
+    ui_color = "#7fbcf0"
+    #: the log's verb for what :meth:`_run` does
+    _doing = "Compacting"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        where: str | None = None,
+        options: Mapping[str, Any] | str | None = None,
+        branch: str = "main",
+        memory_limit: str | int | None = None,
+        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
+        commit_id: str | None = None,
+        asset_alias: str | None = ASSET_ALIAS,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            **commit_task_arguments(kwargs, asset_alias=asset_alias, pool=pool, pool_slots=pool_slots)
+        )
+        self.table = table
+        self.where = where
+        self.options = options
+        self.branch = branch
+        self.memory_limit = memory_limit
+        self.iceberg_exec_conn_id = iceberg_exec_conn_id
+        self.commit_id = commit_id
+        self.asset_alias = asset_alias
+
+    def execute(self, context: Context) -> Any:
+        """Plan, execute and commit; return the engine's result JSON."""
+        with engine_errors():
+            commit_id = task_commit_id(self, context)
+            limits = settings.resource_limits(self.memory_limit)
+            warn_pool_slots(self, limits)
+            table = self.hook.load_table(self.table)
+            self.log.info(
+                "%s %s (branch %s, where %s) with memory limit %s bytes, commit id %s",
+                self._doing,
+                self.table,
+                self.branch,
+                optional_text(self.where) or "<all rows>",
+                limits.memory_limit_bytes,
+                commit_id,
+            )
+            with logged_progress(self.log):
+                result = self._run(table, limits, commit_id)
+        self.log_result(result)
+        emit_table_asset(self, context, catalog=self.hook.catalog_name, table=self.table, result=result)
+        return result
+
+    def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> Any:
+        """The engine call: plan, execute and commit; return the result document."""
+        raise NotImplementedError
+
+    def log_result(self, result: Mapping[str, Any]) -> None:
+        """Log what the commit did in one line."""
+        log_commit_result(self, result)
+
+
+class CompactionOperator(OneTaskCommitOperator):
     """Compact a table in one task: plan, rewrite every group, commit (for small tables).
 
-    Same options and result as the three-task form, with the commit's idempotency: its commit id derives
-    from the DAG, run and task, so a retry after a commit that landed reports it and succeeds. The
-    table's asset is emitted through the ``iceberg-exec-commits`` asset alias when a snapshot lands.
+    Same options and result as the three-task form, with the conventions of
+    :class:`OneTaskCommitOperator` (derived commit id, asset event, pool, one-line errors).
 
     :param table: the table, ``"namespace.table"`` (templated).
     :param where: the row filter (templated).
@@ -328,65 +463,11 @@ class CompactionOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
         "iceberg_exec_conn_id",
         "commit_id",
     )
-    template_fields_renderers = {"options": "json", "where": "sql"}
-    partial = PoolDefaultsPartial()
-    ui_color = "#7fbcf0"
 
-    def __init__(
-        self,
-        *,
-        table: str,
-        where: str | None = None,
-        options: Mapping[str, Any] | str | None = None,
-        strategy: str = "binpack",
-        sort_order: str | None = None,
-        branch: str = "main",
-        memory_limit: str | int | None = None,
-        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
-        commit_id: str | None = None,
-        asset_alias: str | None = ASSET_ALIAS,
-        pool: str | None = None,
-        pool_slots: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            **commit_task_arguments(kwargs, asset_alias=asset_alias, pool=pool, pool_slots=pool_slots)
-        )
-        self.table = table
-        self.where = where
-        self.options = options
+    def __init__(self, *, strategy: str = "binpack", sort_order: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.strategy = strategy
         self.sort_order = sort_order
-        self.branch = branch
-        self.memory_limit = memory_limit
-        self.iceberg_exec_conn_id = iceberg_exec_conn_id
-        self.commit_id = commit_id
-        self.asset_alias = asset_alias
-
-    def execute(self, context: Context) -> CompactionResult:
-        """Plan, rewrite and commit; return the compaction result JSON."""
-        with engine_errors():
-            commit_id = task_commit_id(self, context)
-            limits = settings.resource_limits(self.memory_limit)
-            warn_pool_slots(self, limits)
-            table = self.hook.load_table(self.table)
-            self.log.info(
-                "%s %s (branch %s, where %s) with memory limit %s bytes, commit id %s",
-                self._doing,
-                self.table,
-                self.branch,
-                optional_text(self.where) or "<all rows>",
-                limits.memory_limit_bytes,
-                commit_id,
-            )
-            with logged_progress(self.log):
-                result = self._run(table, limits, commit_id)
-        log_commit_result(self, result)
-        emit_table_asset(self, context, catalog=self.hook.catalog_name, table=self.table, result=result)
-        return result
-
-    #: the log's verb for what :meth:`_run` does
-    _doing = "Compacting"
 
     def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> CompactionResult:
         """The engine call: plan, rewrite and commit."""

@@ -16,22 +16,18 @@ that parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
-from airflow_provider_iceberg_exec.operators._common import CatalogHookMixin, scope_arguments
+from airflow_provider_iceberg_exec.operators._common import scope_arguments
 from airflow_provider_iceberg_exec.operators.compaction import (
     BoundedRewriteOperator,
-    CompactionOperator,
-    plan_and_stage,
+    OneTaskCommitOperator,
+    TablePlanOperator,
 )
-from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
+from airflow_provider_iceberg_exec.operators.lineage import TableLineage
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
     from pyiceberg.table import Table
 
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
@@ -44,10 +40,10 @@ __all__ = [
 ]
 
 
-class ConvertEqualityDeletesOperator(CompactionOperator):
+class ConvertEqualityDeletesOperator(OneTaskCommitOperator):
     """Convert a table's equality deletes to position deletes in one task: plan, convert, commit.
 
-    Same conventions as :class:`~airflow_provider_iceberg_exec.operators.compaction.CompactionOperator`
+    Same conventions as :class:`~airflow_provider_iceberg_exec.operators.compaction.OneTaskCommitOperator`
     (derived commit id, asset event, pool, one-line errors). A table without equality deletes is a
     normal, empty result.
 
@@ -61,21 +57,9 @@ class ConvertEqualityDeletesOperator(CompactionOperator):
 
     table_lineage = TableLineage("convert-equality-deletes", output="commit")
 
-    template_fields: Sequence[str] = (
-        "table",
-        "where",
-        "options",
-        "branch",
-        "memory_limit",
-        "iceberg_exec_conn_id",
-        "commit_id",
-    )
     _doing = "Converting the equality deletes of"
 
-    # The one-task flow of compaction with another engine call and result (hence the override's type).
-    def _run(  # type: ignore[override]
-        self, table: Table, limits: ResourceLimits, commit_id: str
-    ) -> ConvertResult:
+    def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> ConvertResult:
         """The engine call: plan, convert and commit."""
         from airflow_provider_iceberg_exec.engine.ops.convert import convert_equality_deletes
 
@@ -87,7 +71,7 @@ class ConvertEqualityDeletesOperator(CompactionOperator):
         )
 
 
-class ConvertEqualityDeletesPlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
+class ConvertEqualityDeletesPlanOperator(TablePlanOperator):
     """Plan a conversion: one task spec per partition of the affected data files, for dynamic mapping.
 
     ``ConvertEqualityDeletesTaskOperator.partial(...).expand(task_spec=plan.output)``; an empty list means
@@ -104,32 +88,7 @@ class ConvertEqualityDeletesPlanOperator(CatalogHookMixin, OpenLineageMixin, Bas
 
     table_lineage = TableLineage("convert-equality-deletes")
 
-    template_fields: Sequence[str] = ("table", "where", "options", "branch", "iceberg_exec_conn_id")
-    template_fields_renderers = {"options": "json", "where": "sql"}
-    ui_color = "#cfe8fc"
-
-    def __init__(
-        self,
-        *,
-        table: str,
-        where: str | None = None,
-        options: Mapping[str, Any] | str | None = None,
-        branch: str = "main",
-        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
-        payload_file_threshold: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.table = table
-        self.where = where
-        self.options = options
-        self.branch = branch
-        self.iceberg_exec_conn_id = iceberg_exec_conn_id
-        self.payload_file_threshold = payload_file_threshold
-
-    def execute(self, context: Context) -> list[dict[str, Any]]:
-        """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
-        return plan_and_stage(self, context, self._plan, part_prefix="convert-")
+    part_prefix = "convert-"
 
     def _plan(self, table: Table) -> ConvertPlan:
         """Plan the conversion (engine ``plan_conversion``) and log the tasks planned."""

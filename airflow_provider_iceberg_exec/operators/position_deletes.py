@@ -7,6 +7,7 @@ of data files that are no longer live. Format-version 2 tables only.
 Three tasks for tables of any size, the commit shared with compaction:
 
 >>> from airflow.sdk import DAG
+>>> from airflow_provider_iceberg_exec import settings
 >>> from airflow_provider_iceberg_exec.operators.commit import CommitOperator
 >>> with DAG("position_deletes", schedule=None) as dag:
 ...     plan = PositionDeletePlanOperator(task_id="plan", table="db.events")
@@ -25,28 +26,18 @@ The engine (``airflow_provider_iceberg_exec.engine.ops.position_deletes``) is im
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from airflow_provider_iceberg_exec import settings
-from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
-from airflow_provider_iceberg_exec.operators._common import (
-    ASSET_ALIAS,
-    CatalogHookMixin,
-    PoolDefaultsPartial,
-    commit_task_arguments,
-    engine_errors,
-    scope_arguments,
-    task_commit_id,
+from airflow_provider_iceberg_exec.operators._common import scope_arguments
+from airflow_provider_iceberg_exec.operators.compaction import (
+    BoundedRewriteOperator,
+    OneTaskCommitOperator,
+    TablePlanOperator,
 )
-from airflow_provider_iceberg_exec.operators.commit import emit_table_asset
-from airflow_provider_iceberg_exec.operators.compaction import BoundedRewriteOperator, plan_and_stage
-from airflow_provider_iceberg_exec.operators.lineage import OpenLineageMixin, TableLineage
+from airflow_provider_iceberg_exec.operators.lineage import TableLineage
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
     from pyiceberg.table import Table
 
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
@@ -59,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["PositionDeletePlanOperator", "PositionDeleteRewriteOperator", "RewritePositionDeletesOperator"]
 
 
-class PositionDeletePlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
+class PositionDeletePlanOperator(TablePlanOperator):
     """Plan a position-delete rewrite: group each partition's position delete files; one spec per group.
 
     The returned list is meant for dynamic task mapping
@@ -79,32 +70,8 @@ class PositionDeletePlanOperator(CatalogHookMixin, OpenLineageMixin, BaseOperato
 
     table_lineage = TableLineage("rewrite-position-deletes")
 
-    template_fields: Sequence[str] = ("table", "where", "options", "branch", "iceberg_exec_conn_id")
-    template_fields_renderers = {"options": "json", "where": "sql"}
     ui_color = "#e3d5f5"
-
-    def __init__(
-        self,
-        *,
-        table: str,
-        where: str | None = None,
-        options: Mapping[str, Any] | str | None = None,
-        branch: str = "main",
-        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
-        payload_file_threshold: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.table = table
-        self.where = where
-        self.options = options
-        self.branch = branch
-        self.iceberg_exec_conn_id = iceberg_exec_conn_id
-        self.payload_file_threshold = payload_file_threshold
-
-    def execute(self, context: Context) -> list[dict[str, Any]]:
-        """Plan and return the task specs (JSON), possibly staged; ``[]`` when there is nothing to do."""
-        return plan_and_stage(self, context, self._plan, part_prefix="posdel-group-")
+    part_prefix = "posdel-group-"
 
     def _plan(self, table: Table) -> PositionDeletePlan:
         """Plan the rewrite (engine ``plan_position_delete_rewrite``) and log the groups planned."""
@@ -170,13 +137,12 @@ class PositionDeleteRewriteOperator(BoundedRewriteOperator):
         )
 
 
-class RewritePositionDeletesOperator(CatalogHookMixin, OpenLineageMixin, BaseOperator):
+class RewritePositionDeletesOperator(OneTaskCommitOperator):
     """Rewrite a table's position delete files in one task: plan, rewrite every group, commit.
 
-    The commit id derives from the DAG, run and task, so a retry after a commit that landed reports it
-    and succeeds; the table's asset is emitted through the ``iceberg-exec-commits`` asset alias when a
-    snapshot lands. Nothing to rewrite is a normal, empty result. Bad input (an unknown option, a v1
-    table) fails the task without retry, with a one-line reason, and leaves the table unchanged.
+    Same conventions as :class:`~airflow_provider_iceberg_exec.operators.compaction.OneTaskCommitOperator`
+    (derived commit id, asset event, pool, one-line errors). Nothing to rewrite is a normal, empty result;
+    bad input (an unknown option, a v1 table) fails the task.
 
     :param table: the table, ``"namespace.table"`` (templated).
     :param where: a PyIceberg row filter selecting the partitions considered (templated).
@@ -190,59 +156,17 @@ class RewritePositionDeletesOperator(CatalogHookMixin, OpenLineageMixin, BaseOpe
 
     table_lineage = TableLineage("rewrite-position-deletes", output="commit")
 
-    template_fields: Sequence[str] = (
-        "table",
-        "where",
-        "options",
-        "branch",
-        "memory_limit",
-        "iceberg_exec_conn_id",
-        "commit_id",
-    )
-    template_fields_renderers = {"options": "json", "where": "sql"}
-    partial = PoolDefaultsPartial()
     ui_color = "#b39ddb"
+    _doing = "Rewriting the position delete files of"
 
-    def __init__(
-        self,
-        *,
-        table: str,
-        where: str | None = None,
-        options: Mapping[str, Any] | str | None = None,
-        branch: str = "main",
-        memory_limit: str | int | None = None,
-        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
-        commit_id: str | None = None,
-        asset_alias: str | None = ASSET_ALIAS,
-        pool: str | None = None,
-        pool_slots: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            **commit_task_arguments(kwargs, asset_alias=asset_alias, pool=pool, pool_slots=pool_slots)
-        )
-        self.table = table
-        self.where = where
-        self.options = options
-        self.branch = branch
-        self.memory_limit = memory_limit
-        self.iceberg_exec_conn_id = iceberg_exec_conn_id
-        self.commit_id = commit_id
-        self.asset_alias = asset_alias
-
-    def execute(self, context: Context) -> RewritePositionDeletesResult:
-        """Plan, rewrite and commit; return the result JSON (Spark's result names)."""
+    def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> RewritePositionDeletesResult:
+        """The engine call: plan, rewrite and commit."""
         from airflow_provider_iceberg_exec.engine.ops.position_deletes import rewrite_position_deletes
 
-        with engine_errors():
-            commit_id = task_commit_id(self, context)
-            limits = settings.resource_limits(self.memory_limit)
-            result = rewrite_position_deletes(
-                self.hook.load_table(self.table),
-                **scope_arguments(self),
-                limits=limits,
-                commit_id=commit_id,
-            )
+        return rewrite_position_deletes(table, **scope_arguments(self), limits=limits, commit_id=commit_id)
+
+    def log_result(self, result: Mapping[str, Any]) -> None:
+        """Log the files rewritten, the dangling positions dropped and the snapshots."""
         self.log.info(
             "%s %s: %s position delete files (%s bytes) rewritten into %s (%s bytes); %s dangling positions "
             "dropped; snapshots %s",
@@ -255,5 +179,3 @@ class RewritePositionDeletesOperator(CatalogHookMixin, OpenLineageMixin, BaseOpe
             result["dangling_records"],
             result["snapshot_ids"],
         )
-        emit_table_asset(self, context, catalog=self.hook.catalog_name, table=self.table, result=result)
-        return result

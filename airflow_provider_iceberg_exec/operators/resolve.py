@@ -18,12 +18,10 @@ parsing a DAG file never imports PyArrow, DataFusion or PyIceberg.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from airflow_provider_iceberg_exec.hooks.iceberg_exec import IcebergExecHook
-from airflow_provider_iceberg_exec.operators._common import ASSET_ALIAS, scope_arguments
-from airflow_provider_iceberg_exec.operators.compaction import CompactionOperator
+from airflow_provider_iceberg_exec.operators._common import scope_arguments
+from airflow_provider_iceberg_exec.operators.compaction import OneTaskCommitOperator
 from airflow_provider_iceberg_exec.operators.lineage import TableLineage
 
 if TYPE_CHECKING:
@@ -35,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["ResolveEqualityDeletesOperator"]
 
 
-class ResolveEqualityDeletesOperator(CompactionOperator):
+class ResolveEqualityDeletesOperator(OneTaskCommitOperator):
     """Resolve a table's equality deletes in one task: rewrite the files they apply to, then commit.
 
     Every data file that an equality delete applies to (within ``where``) is rewritten with its deletes
@@ -44,7 +42,7 @@ class ResolveEqualityDeletesOperator(CompactionOperator):
     readers without equality-delete support (PyIceberg) can read the table. A table without equality
     deletes is a normal, empty result.
 
-    Same conventions as :class:`~airflow_provider_iceberg_exec.operators.compaction.CompactionOperator`:
+    Same conventions as :class:`~airflow_provider_iceberg_exec.operators.compaction.OneTaskCommitOperator`:
     the commit id derives from the DAG, run and task, so a retry after a commit that landed reports it and
     succeeds; the table's asset is emitted through the ``iceberg-exec-commits`` asset alias when a snapshot
     lands; bad input fails the task without retry, with a one-line reason, and leaves the table unchanged.
@@ -69,45 +67,7 @@ class ResolveEqualityDeletesOperator(CompactionOperator):
 
     table_lineage = TableLineage("resolve-equality-deletes", output="commit")
 
-    template_fields: Sequence[str] = (
-        "table",
-        "where",
-        "options",
-        "branch",
-        "memory_limit",
-        "iceberg_exec_conn_id",
-        "commit_id",
-    )
     _doing = "Resolving the equality deletes of"
-
-    def __init__(
-        self,
-        *,
-        table: str,
-        where: str | None = None,
-        options: Mapping[str, Any] | str | None = None,
-        branch: str = "main",
-        memory_limit: str | int | None = None,
-        iceberg_exec_conn_id: str = IcebergExecHook.default_conn_name,
-        commit_id: str | None = None,
-        asset_alias: str | None = ASSET_ALIAS,
-        pool: str | None = None,
-        pool_slots: int | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            table=table,
-            where=where,
-            options=options,
-            branch=branch,
-            memory_limit=memory_limit,
-            iceberg_exec_conn_id=iceberg_exec_conn_id,
-            commit_id=commit_id,
-            asset_alias=asset_alias,
-            pool=pool,
-            pool_slots=pool_slots,
-            **kwargs,
-        )
 
     def _run(self, table: Table, limits: ResourceLimits, commit_id: str) -> CompactionResult:
         """The engine call: resolve the equality deletes and commit."""

@@ -17,6 +17,8 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_provider_iceberg_exec import compat
 from airflow_provider_iceberg_exec.compat import AirflowFailException
 from airflow_provider_iceberg_exec.operators.compaction import CompactionPlanOperator
+from airflow_provider_iceberg_exec.operators.convert import ConvertEqualityDeletesOperator
+from airflow_provider_iceberg_exec.operators.position_deletes import RewritePositionDeletesOperator
 from airflow_provider_iceberg_exec.operators.resolve import ResolveEqualityDeletesOperator
 from tests.helpers import files_under
 from tests.unit.support import ENGINE_COMPACTION, TABLE, plan_of
@@ -279,3 +281,15 @@ def test_plan_resolution_mode_with_the_real_engine_plans_only_the_files_deletes_
     assert len(deletes) == 12
     assert len(set(deletes)) == 1
     assert json.loads(json.dumps(specs)) == specs
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [ResolveEqualityDeletesOperator, ConvertEqualityDeletesOperator, RewritePositionDeletesOperator],
+    ids=lambda cls: cls.__name__,
+)
+def test_one_task_operators_refuse_compaction_only_arguments(cls):
+    """They share compaction's one-task flow, not its arguments: a strategy would be silently ignored."""
+    with pytest.raises(TypeError, match="strategy"):
+        cls(task_id="one", table=TABLE, strategy="sort")
+    assert "strategy" not in cls.template_fields
