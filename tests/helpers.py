@@ -8,6 +8,7 @@ import decimal
 import hashlib
 import math
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from pyiceberg.table import Table
@@ -130,18 +131,7 @@ def commit_position_delete_file(
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyiceberg.manifest import (
-        DataFile,
-        DataFileContent,
-        FileFormat,
-        ManifestContent,
-        ManifestEntry,
-        ManifestEntryStatus,
-    )
-    from pyiceberg.table.snapshots import Operation
-    from pyiceberg.table.update.snapshot import _FastAppendFiles
-
-    from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
     path_id, pos_id = 2147483546, 2147483545
     live = {f.file_path: f for f in data_files(table)}
@@ -176,36 +166,67 @@ def commit_position_delete_file(
     )
     delete_file.spec_id = target.spec_id
 
-    class _AddDeletes(_FastAppendFiles):
+    commit_delete_files(table, [delete_file])
+    return delete_file
+
+
+def commit_delete_files(
+    table: Table, delete_files: Sequence[Any], branch: str = "main", *, data_files: Sequence[Any] = ()
+) -> None:
+    """A test-only RowDelta: one snapshot on ``branch`` adding ``delete_files`` (a delete manifest per
+    spec) and ``data_files`` (then an ``overwrite``, so that both get its sequence number; else a
+    ``delete``). PyIceberg cannot commit delete files; the product's own commits are not under test here.
+    """
+    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _FastAppendFiles
+
+    from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
+
+    def spec_id(f: Any) -> int:  # PyIceberg's writer leaves a new DataFile's spec id unset
+        known = getattr(f, "_spec_id", None)
+        return table.metadata.default_spec_id if known is None else int(known)
+
+    by_spec: dict[tuple[Any, int], list[Any]] = {}
+    for f in data_files:
+        by_spec.setdefault((ManifestContent.DATA, spec_id(f)), []).append(f)
+    for f in delete_files:
+        by_spec.setdefault((ManifestContent.DELETES, spec_id(f)), []).append(f)
+
+    class _AddFiles(_FastAppendFiles):
         def _manifests(self) -> list[Any]:
             metadata = self._transaction.table_metadata
-            with new_manifest_writer(
-                format_version=2,
-                content=ManifestContent.DELETES,
-                spec=metadata.specs()[target.spec_id],
-                schema=metadata.schema(),
-                output_file=self.new_manifest_output(),
-                snapshot_id=self.snapshot_id,
-                avro_compression=self._compression,
-            ) as writer:
-                writer.add_entry(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=self.snapshot_id,
-                        sequence_number=None,
-                        file_sequence_number=None,
-                        data_file=delete_file,
-                    )
-                )
-            return [writer.to_manifest_file(), *self._existing_manifests()]
+            manifests = []
+            for (content, spec_id), files in by_spec.items():
+                with new_manifest_writer(
+                    format_version=2,
+                    content=content,
+                    spec=metadata.specs()[spec_id],
+                    schema=metadata.schema(),
+                    output_file=self.new_manifest_output(),
+                    snapshot_id=self.snapshot_id,
+                    avro_compression=self._compression,
+                ) as writer:
+                    for f in files:
+                        writer.add_entry(
+                            ManifestEntry.from_args(
+                                status=ManifestEntryStatus.ADDED,
+                                snapshot_id=self.snapshot_id,
+                                sequence_number=None,
+                                file_sequence_number=None,
+                                data_file=f,
+                            )
+                        )
+                manifests.append(writer.to_manifest_file())
+            return [*manifests, *self._existing_manifests()]
 
     tx = table.transaction()
-    producer = _AddDeletes(Operation.DELETE, tx, table.io)
-    producer._added_data_files = [delete_file]
+    operation = Operation.OVERWRITE if data_files else Operation.DELETE
+    producer = _AddFiles(operation, tx, table.io, branch=branch)
+    producer._added_data_files = [*data_files, *delete_files]  # PyIceberg's summary counts them all
     producer.commit()
     tx.commit_transaction()
     table.refresh()
-    return delete_file
 
 
 def parquet_data_page_counts(path: str) -> list[int]:

@@ -18,24 +18,17 @@ from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
     FileFormat,
-    ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
-    ManifestFile,
 )
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.statistics import BlobMetadata, PartitionStatisticsFile, StatisticsFile
 from pyiceberg.table.update import SetPartitionStatisticsUpdate
-from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
@@ -180,46 +173,6 @@ def write_dv_like(table: Table, category: str) -> DataFile:
         record_count=1,
         file_format=FileFormat.PUFFIN,
     )
-
-
-class _AddDeleteFiles(_FastAppendFiles):
-    """Test-only RowDelta: one ``delete`` snapshot adding delete files in one delete manifest."""
-
-    def __init__(self, table: Table, delete_files: Sequence[DataFile], branch: str) -> None:
-        self._tx = table.transaction()
-        super().__init__(Operation.DELETE, self._tx, table.io, branch=branch)
-        self._added_data_files = list(delete_files)
-
-    def _manifests(self) -> list[ManifestFile]:
-        metadata = self._transaction.table_metadata
-        with new_manifest_writer(
-            format_version=2,
-            content=ManifestContent.DELETES,
-            spec=metadata.spec(),
-            schema=metadata.schema(),
-            output_file=self.new_manifest_output(),
-            snapshot_id=self.snapshot_id,
-            avro_compression=self._compression,
-        ) as writer:
-            for delete_file in self._added_data_files:
-                writer.add_entry(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=self.snapshot_id,
-                        sequence_number=None,
-                        file_sequence_number=None,
-                        data_file=delete_file,
-                    )
-                )
-        return [writer.to_manifest_file(), *self._existing_manifests()]
-
-
-def commit_delete_files(table: Table, delete_files: Sequence[DataFile], branch: str = "main") -> None:
-    """Commit ``delete_files`` in one ``delete`` snapshot on ``branch``."""
-    producer = _AddDeleteFiles(table, delete_files, branch)
-    producer.commit()
-    producer._tx.commit_transaction()
-    table.refresh()
 
 
 def append_data_file(table: Table, path: str, *, category: str = "a", branch: str = "main") -> DataFile:

@@ -32,7 +32,6 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
@@ -50,10 +49,10 @@ from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
 )
 from airflow_provider_iceberg_exec.engine.meta.manifests import (
-    new_manifest_writer,
     read_manifest_entries,
     referenced_data_file,
 )
+from tests.helpers import commit_delete_files
 
 pytestmark = pytest.mark.integration
 
@@ -182,44 +181,6 @@ def _commit(
         added_data_files=added,
         **kwargs,
     )
-
-
-class _AddDeleteFiles(_FastAppendFiles):
-    """Test-only RowDelta: one ``delete`` snapshot adding delete files in one delete manifest."""
-
-    def __init__(self, table: Table, delete_files: Sequence[DataFile]) -> None:
-        self._tx = table.transaction()
-        super().__init__(Operation.DELETE, self._tx, table.io)
-        self._added_data_files = list(delete_files)  # PyIceberg's summary counts delete files too
-
-    def _manifests(self) -> list[ManifestFile]:
-        metadata = self._transaction.table_metadata
-        with new_manifest_writer(
-            format_version=2,
-            content=ManifestContent.DELETES,
-            spec=metadata.spec(),
-            schema=metadata.schema(),
-            output_file=self.new_manifest_output(),
-            snapshot_id=self.snapshot_id,
-            avro_compression=self._compression,
-        ) as writer:
-            for delete_file in self._added_data_files:
-                writer.add_entry(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=self.snapshot_id,
-                        sequence_number=None,
-                        file_sequence_number=None,
-                        data_file=delete_file,
-                    )
-                )
-        return [writer.to_manifest_file(), *self._existing_manifests()]
-
-
-def commit_row_delta_for_tests(table: Table, delete_files: Sequence[DataFile]) -> None:
-    producer = _AddDeleteFiles(table, delete_files)
-    producer.commit()
-    producer._tx.commit_transaction()
 
 
 def _write_position_deletes(table: Table, name: str, targets: Sequence[tuple[str, int]]) -> DataFile:
@@ -499,7 +460,7 @@ def test_new_position_delete_for_a_rewritten_file_fails(catalog: SqlCatalog) -> 
     base_id = table.metadata.current_snapshot_id
     inputs = _live_files(table)
     output = _write_output(table, table.scan().to_arrow())
-    commit_row_delta_for_tests(table, [_write_position_deletes(table, "pd", [(inputs[1].file_path, 3)])])
+    commit_delete_files(table, [_write_position_deletes(table, "pd", [(inputs[1].file_path, 3)])])
     location = table.metadata_location
 
     with pytest.raises(
@@ -518,7 +479,7 @@ def test_new_position_delete_for_another_file_does_not_conflict(catalog: SqlCata
     base_id = table.metadata.current_snapshot_id
     f0, f1, f2 = _live_files(table)
     output = _write_output(table, _read_files(table, [f0, f1]))
-    commit_row_delta_for_tests(table, [_write_position_deletes(table, "pd", [(f2.file_path, 0)])])
+    commit_delete_files(table, [_write_position_deletes(table, "pd", [(f2.file_path, 0)])])
     before = _checksum(table)
 
     _commit(table, [f0, f1], output, base_snapshot_id=base_id)
@@ -535,7 +496,7 @@ def test_new_equality_delete_keeps_applying_to_the_output(catalog: SqlCatalog) -
     inputs = _live_files(table)
     output = _write_output(table, table.scan().to_arrow())
     eq_delete = _write_equality_deletes(table, "eq", [3, 15])
-    commit_row_delta_for_tests(table, [eq_delete])
+    commit_delete_files(table, [eq_delete])
 
     outcome = _commit(table, inputs, output, base_snapshot_id=base.snapshot_id)
 
@@ -552,7 +513,7 @@ def test_new_equality_delete_fails_without_starting_sequence_number(catalog: Sql
     base_id = table.metadata.current_snapshot_id
     inputs = _live_files(table)
     output = _write_output(table, table.scan().to_arrow())
-    commit_row_delta_for_tests(table, [_write_equality_deletes(table, "eq", [3])])
+    commit_delete_files(table, [_write_equality_deletes(table, "eq", [3])])
 
     with pytest.raises(CommitValidationError, match="Cannot commit, found new delete for replaced data file"):
         _commit(table, inputs, output, base_snapshot_id=base_id, use_starting_sequence_number=False)
@@ -581,7 +542,7 @@ def test_removed_delete_files_are_dropped_in_the_same_snapshot(catalog: SqlCatal
     x, z = _live_files(table)
     d_x = _write_position_deletes(table, "d-x", [(x.file_path, 2), (x.file_path, 5)])
     d_z = _write_position_deletes(table, "d-z", [(z.file_path, 0)])
-    commit_row_delta_for_tests(table, [d_x, d_z])
+    commit_delete_files(table, [d_x, d_z])
     before = _checksum(table)
     assert before[0] == 17
     # The rewrite of x applies its deletes, so d_x becomes dangling and goes in the same commit.

@@ -32,6 +32,7 @@ from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction
 from airflow_provider_iceberg_exec.engine.progress import Progress, listening
 from tests.helpers import (
+    commit_delete_files,
     commit_position_deletes,
     data_files,
     files_under,
@@ -40,7 +41,7 @@ from tests.helpers import (
     table_state,
 )
 from tests.integration.compaction_support import limits
-from tests.integration.maintenance_support import commit_delete_files, write_equality_deletes
+from tests.integration.maintenance_support import write_equality_deletes
 
 pytestmark = pytest.mark.integration
 

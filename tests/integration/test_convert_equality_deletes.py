@@ -15,27 +15,24 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
-from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles
 
 from airflow_provider_iceberg_exec.engine.errors import (
     CommitValidationError,
     ConfigurationError,
     DataFileCodecError,
 )
-from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
 from airflow_provider_iceberg_exec.engine.ops.convert import (
     commit_conversion,
     convert_equality_deletes,
     convert_task,
     plan_conversion,
 )
-from tests.helpers import commit_position_deletes, live_checksum, row_digest
+from tests.helpers import commit_delete_files, commit_position_deletes, live_checksum, row_digest
 from tests.integration.maintenance_support import (
     ARROW_SCHEMA,
-    commit_delete_files,
     create_table,
     limits,
     rows,
@@ -61,48 +58,9 @@ def _delete_files(table: Table) -> dict[str, list[Any]]:
     return out
 
 
-class _AddFilesAndDeletes(_FastAppendFiles):
-    """Test-only: one snapshot adding data files and delete files, so both get the same sequence number."""
-
-    def __init__(
-        self, table: Table, data_files: Sequence[DataFile], delete_files: Sequence[DataFile]
-    ) -> None:
-        self._tx = table.transaction()
-        super().__init__(Operation.OVERWRITE, self._tx, table.io)
-        self._added_data_files = list(data_files)
-        self._deletes = list(delete_files)
-
-    def _manifests(self) -> list[Any]:
-        manifests = super()._manifests()
-        metadata = self._transaction.table_metadata
-        with new_manifest_writer(
-            format_version=2,
-            content=ManifestContent.DELETES,
-            spec=metadata.spec(),
-            schema=metadata.schema(),
-            output_file=self.new_manifest_output(),
-            snapshot_id=self.snapshot_id,
-            avro_compression=self._compression,
-        ) as writer:
-            for delete_file in self._deletes:
-                writer.add_entry(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=self.snapshot_id,
-                        sequence_number=None,
-                        file_sequence_number=None,
-                        data_file=delete_file,
-                    )
-                )
-        return [writer.to_manifest_file(), *manifests]
-
-
 def _append_with_deletes(table: Table, data: pa.Table, delete_files: Sequence[DataFile]) -> None:
     files = list(_dataframe_to_data_files(table.metadata, data, table.io))
-    producer = _AddFilesAndDeletes(table, files, delete_files)
-    producer.commit()
-    producer._tx.commit_transaction()
-    table.refresh()
+    commit_delete_files(table, delete_files, data_files=files)
 
 
 def test_converts_partitioned_deletes_older_and_newer_than_data(catalog: Catalog, tmp_path) -> None:

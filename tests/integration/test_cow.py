@@ -38,8 +38,8 @@ from airflow_provider_iceberg_exec.engine.ops.cow import (
     execute_cow_task,
     plan_cow_rewrite,
 )
-from tests.helpers import commit_position_deletes, data_files, row_digest
-from tests.integration.test_commit import _race_once, _write_position_deletes, commit_row_delta_for_tests
+from tests.helpers import commit_delete_files, commit_position_deletes, data_files, row_digest
+from tests.integration.test_commit import _race_once, _write_position_deletes
 from tests.integration.test_deletes import (
     _append,
     _commit_deletes,
@@ -680,7 +680,7 @@ def test_a_concurrent_delete_file_for_a_rewritten_file_conflicts_under_both_leve
     results = staged(table, tmp_path, operation="delete", where="user_id < 300", isolation_level=isolation)
     target = results[0]["removed_data_files"][0]["file-path"]
     other = catalog.load_table("ns.t")
-    commit_row_delta_for_tests(other, [_write_position_deletes(other, "pd", [(target, 1)])])
+    commit_delete_files(other, [_write_position_deletes(other, "pd", [(target, 1)])])
 
     with pytest.raises(CommitValidationError, match="found new delete for replaced data file"):
         commit_cow_rewrite(table, results, commit_id="c-1")

@@ -34,8 +34,8 @@ from airflow_provider_iceberg_exec.engine.ops.cow import (
     execute_cow_task,
     plan_cow_rewrite,
 )
-from tests.helpers import commit_position_deletes, live_checksum, row_digest
-from tests.integration.test_commit import _race_once, _write_position_deletes, commit_row_delta_for_tests
+from tests.helpers import commit_delete_files, commit_position_deletes, live_checksum, row_digest
+from tests.integration.test_commit import _race_once, _write_position_deletes
 from tests.integration.test_deletes import (
     _append,
     _commit_deletes,
@@ -158,7 +158,7 @@ def test_cow_delete_removes_dangling_deletes_and_keeps_those_still_needed(
     p_lo = commit_position_deletes(table, lo.file_path, [1])
     p_mid = commit_position_deletes(table, mid.file_path, [3])
     p_lo_mid = _write_position_deletes(table, "pd-lo-mid", [(lo.file_path, 2), (mid.file_path, 0)])
-    commit_row_delta_for_tests(table, [p_lo_mid])
+    commit_delete_files(table, [p_lo_mid])
     eq = _equality_deletes(
         table, {"id": (1, pa.int64(), [lo_start + 5, mid_start + 5, hi_start + 5])}, spec_id=0
     )

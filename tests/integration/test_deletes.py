@@ -25,23 +25,18 @@ from pyiceberg.manifest import (
     DataFileContent,
     FileFormat,
     ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
 )
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes.vectors import decode_deletion_vector
-from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
 from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction
-from tests.helpers import commit_position_deletes, data_files, live_checksum
+from tests.helpers import commit_delete_files, commit_position_deletes, data_files, live_checksum
 
 pytestmark = pytest.mark.integration
 
@@ -83,43 +78,7 @@ def _append(table: Table, ids: Sequence[int], category: str = "a") -> None:
 
 def _commit_deletes(table: Table, delete_files: Sequence[DataFile]) -> None:
     """One ``delete`` snapshot adding ``delete_files`` (one delete manifest per spec)."""
-    by_spec: dict[int, list[DataFile]] = {}
-    for f in delete_files:
-        by_spec.setdefault(f.spec_id, []).append(f)
-
-    class _AddDeletes(_FastAppendFiles):
-        def _manifests(self) -> list[Any]:
-            metadata = self._transaction.table_metadata
-            manifests = []
-            for spec_id, files in by_spec.items():
-                with new_manifest_writer(
-                    format_version=2,
-                    content=ManifestContent.DELETES,
-                    spec=metadata.specs()[spec_id],
-                    schema=metadata.schema(),
-                    output_file=self.new_manifest_output(),
-                    snapshot_id=self.snapshot_id,
-                    avro_compression=self._compression,
-                ) as writer:
-                    for f in files:
-                        writer.add_entry(
-                            ManifestEntry.from_args(
-                                status=ManifestEntryStatus.ADDED,
-                                snapshot_id=self.snapshot_id,
-                                sequence_number=None,
-                                file_sequence_number=None,
-                                data_file=f,
-                            )
-                        )
-                manifests.append(writer.to_manifest_file())
-            return [*manifests, *self._existing_manifests()]
-
-    tx = table.transaction()
-    producer = _AddDeletes(Operation.DELETE, tx, table.io)
-    producer._added_data_files = list(delete_files)
-    producer.commit()
-    tx.commit_transaction()
-    table.refresh()
+    commit_delete_files(table, delete_files)
 
 
 def _equality_deletes(

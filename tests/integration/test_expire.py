@@ -17,9 +17,8 @@ from pyiceberg.table import Table
 from airflow_provider_iceberg_exec.cli import main
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.ops.expire import expire_snapshots
-from tests.helpers import live_checksum
+from tests.helpers import commit_delete_files, live_checksum
 from tests.integration.maintenance_support import (
-    commit_delete_files,
     create_table,
     limits,
     local,

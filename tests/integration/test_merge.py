@@ -34,10 +34,9 @@ from airflow_provider_iceberg_exec.engine.ops.merge import (
     plan_merge,
     upsert,
 )
-from tests.helpers import live_checksum, row_digest
+from tests.helpers import commit_delete_files, live_checksum, row_digest
 from tests.integration.maintenance_support import (
     ARROW_SCHEMA,
-    commit_delete_files,
     create_table,
     limits,
     write_equality_deletes,

@@ -13,8 +13,8 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from airflow_provider_iceberg_exec.engine.ops.merge import merge
+from tests.helpers import commit_delete_files
 from tests.integration.maintenance_support import (
-    commit_delete_files,
     create_table,
     limits,
     rows,

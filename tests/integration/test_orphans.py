@@ -27,10 +27,10 @@ from airflow_provider_iceberg_exec.engine.ops.orphans import (
 )
 from airflow_provider_iceberg_exec.engine.ops.orphans import listing as orphans_listing
 from airflow_provider_iceberg_exec.engine.ops.orphans import scan as orphans_scan
+from tests.helpers import commit_delete_files
 from tests.integration.maintenance_support import (
     age,
     append_data_file,
-    commit_delete_files,
     create_table,
     files_on_disk,
     limits,

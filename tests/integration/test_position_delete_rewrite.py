@@ -321,8 +321,8 @@ def test_many_positions_with_long_paths_sort_under_the_smallest_limit(
     """200 delete files naming 40 data files by ~130-byte paths (26 MB of rows) under 32 MiB: the sort
     runs on data file ordinals, not on the paths (on the paths the merge ran out of its pool)."""
     from airflow_provider_iceberg_exec.engine.config import MIN_MEMORY_LIMIT_BYTES
+    from tests.helpers import commit_delete_files
     from tests.integration.maintenance_support import (
-        commit_delete_files,
         create_table,
         rows,
         write_position_deletes,

@@ -34,9 +34,15 @@ from airflow_provider_iceberg_exec.engine.ops.convert import (
     convert_task,
     plan_conversion,
 )
-from tests.helpers import commit_position_deletes, data_files, live_checksum, live_delete_entries, row_digest
-from tests.integration.maintenance_support import (
+from tests.helpers import (
     commit_delete_files,
+    commit_position_deletes,
+    data_files,
+    live_checksum,
+    live_delete_entries,
+    row_digest,
+)
+from tests.integration.maintenance_support import (
     create_table,
     limits,
     rows,

@@ -540,8 +540,8 @@ def test_java_reads_our_conversion_of_a_table_we_wrote(
 ) -> None:
     """A table written by PyIceberg, equality deletes committed by our commit layer, converted by us:
     Java reads exactly the rows the model keeps (the newer copies of deleted keys included)."""
+    from tests.helpers import commit_delete_files
     from tests.integration.maintenance_support import (
-        commit_delete_files,
         create_table,
         rows,
         write_equality_deletes,

@@ -8,8 +8,8 @@ from typing import Any
 
 from pyiceberg.table import Table
 
-from tests.helpers import row_digest
-from tests.integration.maintenance_support import commit_delete_files, write_equality_deletes
+from tests.helpers import commit_delete_files, row_digest
+from tests.integration.maintenance_support import write_equality_deletes
 
 _MASK = (1 << 64) - 1
 

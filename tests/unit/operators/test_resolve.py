@@ -74,7 +74,8 @@ def _data_file_paths(table) -> set[str]:
 @pytest.fixture
 def table_with_equality_deletes(sqlite_table):
     """``ns.events`` with one committed equality delete on ``id`` (ids 3 and 15)."""
-    from tests.integration.maintenance_support import commit_delete_files, write_equality_deletes
+    from tests.helpers import commit_delete_files
+    from tests.integration.maintenance_support import write_equality_deletes
 
     commit_delete_files(sqlite_table, [write_equality_deletes(sqlite_table, [3, 15], category="")])
     return sqlite_table
