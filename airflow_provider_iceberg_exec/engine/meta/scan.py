@@ -255,10 +255,16 @@ class _EntryFilters:
         return bool(self._manifest_tests[spec_id](manifest))
 
     def file_may_match(self, spec_id: int) -> Callable[[DataFile], bool]:
+        from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.expressions.visitors import expression_evaluator
         from pyiceberg.schema import Schema
 
         if spec_id not in self._file_tests:
+            if self._row_filter == AlwaysTrue():
+                # What both evaluators come to without a filter (include_empty_files=false), without
+                # visiting anything: most compactions have no filter and this test runs per file.
+                self._file_tests[spec_id] = lambda f: f.record_count != 0
+                return self._file_tests[spec_id]
             spec = self._metadata.specs()[spec_id]
             partition_schema = Schema(*spec.partition_type(self._metadata.schema()).fields)
             in_partition = expression_evaluator(partition_schema, self._partition_filter(spec_id), True)
