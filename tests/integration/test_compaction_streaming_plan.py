@@ -162,3 +162,41 @@ def test_plan_of_a_table_without_snapshot_is_empty(catalog: SqlCatalog, tmp_path
     table = _create(catalog)
 
     assert plan_compaction(table, options=_ALL)["tasks"] == []
+
+
+def test_commit_base_keeps_only_the_removed_files_and_still_proves_them(
+    catalog: SqlCatalog,
+) -> None:
+    """The compaction commit streams the base and keeps only the files it removes, without metrics; a
+    file the base does not have live is still refused."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    from airflow_provider_iceberg_exec.engine.commit.verification import BaseFiles
+    from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+
+    table = _mixed_table(catalog)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    everything = BaseFiles(table, snapshot.snapshot_id)
+    removed_path = sorted(everything.live)[0]
+    gone = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=f"{removed_path}.not-there",
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=6,
+        file_size_in_bytes=10,
+    )
+
+    lean = BaseFiles(table, snapshot.snapshot_id, only={removed_path, gone.file_path})
+
+    assert list(lean.live) == [removed_path]
+    kept, full = lean.live[removed_path], everything.live[removed_path]
+    assert (kept.data_sequence_number, kept.delete_files) == (full.data_sequence_number, full.delete_files)
+    assert kept.data_file.record_count == full.data_file.record_count
+    assert full.data_file.lower_bounds
+    assert kept.data_file.lower_bounds is None
+    assert kept.data_file.column_sizes is None
+    with pytest.raises(DataFileCodecError, match="was not live in base snapshot"):
+        lean.check_removed([gone], {})
