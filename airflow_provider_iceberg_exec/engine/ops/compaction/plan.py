@@ -93,9 +93,9 @@ def plan_compaction(
         log.info("table %s has no snapshot on branch %s: nothing to compact", plan["table"], branch)
         return plan
     specs, schema = metadata.specs(), metadata.schema()
-    empty: list[Any] = []  # one per plan, shared by every entry without deletes or partition values
+    shared = _SharedLists()
     candidates = [
-        _candidate(f, specs, schema, empty)
+        _candidate(f, specs, schema, shared)
         for f in stream_data_files(table.io, metadata, snapshot, row_filter)
         if not only_files_with_equality_deletes or has_equality_deletes(f)
     ]
@@ -135,23 +135,41 @@ def _output_spec_id(metadata: TableMetadata, resolved: CompactionOptions) -> int
     return spec_id
 
 
+class _SharedLists:
+    """One list object per plan for each list value that most entries repeat: no deletes, no partition
+    values, one row group at offset 4, one integer partition value (~150 bytes a file of the plan of a
+    table of small files). Nothing changes a plan's entries in place. Only empty lists and lists of one
+    ``int`` are shared: ``[True]`` and ``[1]`` are equal in Python but not in JSON."""
+
+    def __init__(self) -> None:
+        self._empty: list[Any] = []
+        self._one_int: dict[int, list[Any]] = {}
+
+    def share(self, value: list[Any]) -> list[Any]:
+        if not value:
+            return self._empty
+        if len(value) == 1 and type(value[0]) is int:
+            return self._one_int.setdefault(value[0], value)
+        return value
+
+
 def _candidate(
-    scanned: ScannedFile, specs: Mapping[int, PartitionSpec], schema: Schema, empty: list[Any]
+    scanned: ScannedFile, specs: Mapping[int, PartitionSpec], schema: Schema, shared: _SharedLists
 ) -> FileCandidate:
     """What the file and group filters need to know about one live data file, and its task entry.
 
     The entry (the file's JSON without column metrics, with its deletes) is made here, as the manifests
     stream by, and is the candidate's handle: no DataFile outlives its manifest entry, so a table of
     500,000 files is planned in a few hundred bytes per file instead of the DataFiles' ~5 KB, and the
-    task documents hold the same entry objects (nothing is copied). Empty lists are the plan's one
-    ``empty`` list (nothing changes a plan's entries in place; ~100 bytes a file on unpartitioned
-    tables)."""
+    task documents hold the same entry objects (nothing is copied), their common lists shared
+    (:class:`_SharedLists`)."""
     data_file = scanned.data_file
     entry = scanned_to_json(scanned, specs, schema, metrics=False)
-    if not entry["delete-files"]:
-        entry["delete-files"] = empty
-    if not entry["data-file"]["partition"]:
-        entry["data-file"]["partition"] = empty
+    entry["delete-files"] = shared.share(entry["delete-files"])
+    doc = entry["data-file"]
+    doc["partition"] = shared.share(doc["partition"])
+    if "split-offsets" in doc:
+        doc["split-offsets"] = shared.share(doc["split-offsets"])
     return FileCandidate(
         path=data_file.file_path,
         size_bytes=data_file.file_size_in_bytes,
