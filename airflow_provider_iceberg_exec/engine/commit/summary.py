@@ -16,6 +16,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import (
@@ -96,11 +98,11 @@ def snapshot_summary_properties(
     for data_file in added:
         spec = specs[spec_id_of(data_file, metadata.default_spec_id)]
         collector.add_file(data_file, schema=schema, partition_spec=spec)
-        changed_partitions.add(spec.partition_to_path(data_file.partition, schema))
+        changed_partitions.add(_partition_path(spec, data_file, schema))
     for data_file in removed:
         spec = specs[spec_id_of(data_file, metadata.default_spec_id)]
         collector.remove_file(data_file, schema=schema, partition_spec=spec)
-        changed_partitions.add(spec.partition_to_path(data_file.partition, schema))
+        changed_partitions.add(_partition_path(spec, data_file, schema))
 
     properties = collector.build()
     # Java counts the unpartitioned "partition" too (key ""), PyIceberg's collector does not.
@@ -159,3 +161,9 @@ class _Metrics(UpdateMetrics):
                 dvs = {}
             ordered[key] = value
         return ordered
+
+
+def _partition_path(spec: PartitionSpec, data_file: DataFile, schema: Schema) -> str:
+    """``spec.partition_to_path``; ``""`` for an unpartitioned spec without building its partition type
+    (once per file of a commit: a compaction of many small files removes tens of thousands)."""
+    return "" if spec.is_unpartitioned() else spec.partition_to_path(data_file.partition, schema)

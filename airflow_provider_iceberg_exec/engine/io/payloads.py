@@ -160,22 +160,87 @@ def offload_payload(
         return dict(doc)
     uri = staging_uri(table_location, name)
     try:
-        data = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        # A dry run first: a document that is not strict JSON is refused before anything is written.
+        size = _write_json(doc, _DISCARD)
     except (TypeError, ValueError) as err:
         raise DataFileCodecError(f"payload {inner_schema!r} is not JSON-serializable: {err}") from err
     with io.new_output(uri).create(overwrite=True) as stream:
-        stream.write(data)
+        _write_json(doc, stream)
     ref: dict[str, Any] = {
         "schema": PAYLOAD_REF_SCHEMA,
         "uri": uri,
         "inner_schema": inner_schema,
         "file_count": file_count,
-        "size_bytes": len(data),
+        "size_bytes": size,
     }
     for key in _CARRIED_KEYS:
         if key in doc:
             ref[key] = doc[key]
     return ref
+
+
+class _Discard:
+    """A stream that keeps nothing (the dry run of :func:`_write_json`)."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+_DISCARD = _Discard()
+#: bytes gathered before each write of a streamed payload
+_WRITE_CHUNK_BYTES = 1 << 20
+
+
+def _write_json(doc: Any, stream: Any) -> int:
+    """Write ``json.dumps(doc, separators=(",", ":"), allow_nan=False)`` to ``stream``, byte for byte, without
+    building that text: objects and long lists are walked, every other value (a file entry, a short list)
+    is encoded whole by ``json.dumps`` (C-speed). A task of 500,000 files is hundreds of MB of text, which
+    was built as one string and again as bytes beside the document. Returns the bytes written.
+
+    >>> import io
+    >>> files = [{"file-path": f"f{i}", "n": [i, 1.5], "m": {1: "é"}} for i in range(20)]
+    >>> doc = {"schema": "s", "tasks": [{"data_files": files, "x": None}]}
+    >>> out = io.BytesIO()
+    >>> _write_json(doc, out) == len(out.getvalue())
+    True
+    >>> out.getvalue() == json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    True
+    """
+    pending: list[bytes] = []
+    pending_bytes = written = 0
+
+    def emit(text: str) -> None:
+        nonlocal pending_bytes, written
+        data = text.encode("utf-8")
+        pending.append(data)
+        pending_bytes += len(data)
+        written += len(data)
+        if pending_bytes >= _WRITE_CHUNK_BYTES:
+            stream.write(b"".join(pending))
+            pending.clear()
+            pending_bytes = 0
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+            emit("{")
+            for number, (key, item) in enumerate(value.items()):
+                emit(("," if number else "") + json.dumps(key) + ":")
+                walk(item)
+            emit("}")
+        elif isinstance(value, list) and len(value) > 16:
+            emit("[")
+            for number, item in enumerate(value):
+                if number:
+                    emit(",")
+                walk(item)
+            emit("]")
+        else:
+            emit(json.dumps(value, separators=(",", ":"), allow_nan=False))
+
+    walk(doc)
+    if pending:
+        stream.write(b"".join(pending))
+    return written
 
 
 def resolve_payload(io: FileIO, doc: Mapping[str, Any]) -> dict[str, Any]:

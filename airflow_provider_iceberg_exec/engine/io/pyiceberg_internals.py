@@ -10,6 +10,8 @@ PyIceberg has no public API for what these small functions do; each wraps the pr
   (``pyiceberg.io.pyarrow._get_parquet_writer_kwargs``);
 - :func:`strict_metrics_evaluator`: "does every row of this file match?" from column metrics
   (``pyiceberg.expressions.visitors._StrictMetricsEvaluator``);
+- :func:`inclusive_metrics_evaluator`: "may a row of this file match?" from column metrics, as PyIceberg's
+  scan planning prunes (``pyiceberg.expressions.visitors._InclusiveMetricsEvaluator``);
 - :func:`inherit_from_manifest`: sequence numbers and spec id an entry inherits from its manifest
   (``pyiceberg.manifest._inherit_from_manifest``);
 - :func:`open_manifest_writer`: PyIceberg's v1 / v2 manifest writer (and a v3 one made from v2's) with
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "batch_projection",
+    "inclusive_metrics_evaluator",
     "inherit_from_manifest",
     "open_manifest_writer",
     "parquet_writer_kwargs",
@@ -122,6 +125,18 @@ def strict_metrics_evaluator(
     from pyiceberg.expressions.visitors import _StrictMetricsEvaluator
 
     evaluator = _StrictMetricsEvaluator(schema, expression, case_sensitive=case_sensitive)
+    return lambda data_file: bool(evaluator.eval(data_file))
+
+
+def inclusive_metrics_evaluator(
+    schema: Schema, expression: BooleanExpression, *, case_sensitive: bool = True
+) -> Callable[[DataFile], bool]:
+    """A test "may a row of the file match ``expression``?" from its column metrics (``True`` when unsure),
+    exactly the one PyIceberg's ``ManifestGroupPlanner`` applies to every data file it plans (empty files
+    excluded, as its default ``include_empty_files=false``)."""
+    from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
+
+    evaluator = _InclusiveMetricsEvaluator(schema, expression, case_sensitive, False)
     return lambda data_file: bool(evaluator.eval(data_file))
 
 

@@ -4,7 +4,7 @@ that apply to each of them by the spec's rules (sequence numbers, spec and parti
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -29,6 +29,7 @@ __all__ = [
     "parse_where",
     "scan_data_files",
     "scan_snapshot",
+    "stream_data_files",
 ]
 
 #: The ``file_path`` column of position delete files.
@@ -176,6 +177,100 @@ def scan_snapshot(
             for e in sorted(delete_entries, key=lambda e: e.data_file.file_path)
         ),
     )
+
+
+def stream_data_files(
+    io: FileIO, metadata: TableMetadata, snapshot: Snapshot, row_filter: BooleanExpression | None = None
+) -> Iterator[ScannedFile]:
+    """:func:`scan_snapshot`'s data files, streamed: one manifest at a time, in manifest-list order.
+
+    The same files with the same deletes, pruned by the same partition and metrics tests as PyIceberg's
+    ``ManifestGroupPlanner`` (which :func:`scan_snapshot` uses), but no list of the table's entries is
+    built: a caller that keeps only a lean record of each file plans a table of hundreds of thousands of
+    files in memory proportional to those records. The delete index is built first (delete manifests
+    are read whole, as :func:`scan_snapshot` reads them). On v3 tables each data file carries the
+    ``first_row_id`` it inherits, read in the same pass.
+    """
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.manifest import DataFileContent, ManifestContent
+
+    from airflow_provider_iceberg_exec.engine.meta.manifests import (
+        iter_manifest_entries,
+        read_manifest_entries,
+    )
+    from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
+
+    if row_filter is None:
+        row_filter = AlwaysTrue()
+    manifests = read_manifest_list(io, snapshot) if metadata.format_version >= 3 else snapshot.manifests(io)
+    delete_entries = chain.from_iterable(
+        read_manifest_entries(io, m, discard_deleted=True)
+        for m in manifests
+        if m.content == ManifestContent.DELETES
+    )
+    deletes = _DeleteIndex(
+        delete_entries,
+        unpartitioned_specs={sid for sid, spec in metadata.specs().items() if spec.is_unpartitioned()},
+    )
+    filters = _EntryFilters(metadata, row_filter)
+    for manifest in manifests:
+        if manifest.content != ManifestContent.DATA or not filters.manifest_may_match(manifest):
+            continue
+        may_match = filters.file_may_match(manifest.partition_spec_id)
+        for entry in iter_manifest_entries(io, manifest, discard_deleted=True):
+            data_file = entry.data_file
+            if data_file.content == DataFileContent.DATA and may_match(data_file):
+                sequence = _sequence(entry)
+                yield ScannedFile(data_file, sequence, deletes.for_data_file(data_file, sequence))
+
+
+class _EntryFilters:
+    """PyIceberg's scan pruning (``ManifestGroupPlanner``) from its public evaluators: manifests by their
+    partition summaries, files by partition values and column metrics; built once per spec."""
+
+    def __init__(self, metadata: TableMetadata, row_filter: BooleanExpression) -> None:
+        from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import inclusive_metrics_evaluator
+
+        self._metadata = metadata
+        self._row_filter = row_filter
+        self._metrics = inclusive_metrics_evaluator(metadata.schema(), row_filter)
+        self._manifest_tests: dict[int, Callable[[ManifestFile], bool]] = {}
+        self._file_tests: dict[int, Callable[[DataFile], bool]] = {}
+
+    def _partition_filter(self, spec_id: int) -> BooleanExpression:
+        from pyiceberg.expressions.visitors import inclusive_projection
+
+        spec = self._metadata.specs()[spec_id]
+        return inclusive_projection(self._metadata.schema(), spec, True)(self._row_filter)
+
+    def manifest_may_match(self, manifest: ManifestFile) -> bool:
+        from pyiceberg.expressions.visitors import manifest_evaluator
+
+        spec_id = manifest.partition_spec_id
+        if spec_id not in self._manifest_tests:
+            spec, schema = self._metadata.specs()[spec_id], self._metadata.schema()
+            self._manifest_tests[spec_id] = manifest_evaluator(
+                spec, schema, self._partition_filter(spec_id), True
+            )
+        return bool(self._manifest_tests[spec_id](manifest))
+
+    def file_may_match(self, spec_id: int) -> Callable[[DataFile], bool]:
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.expressions.visitors import expression_evaluator
+        from pyiceberg.schema import Schema
+
+        if spec_id not in self._file_tests:
+            if self._row_filter == AlwaysTrue():
+                # What both evaluators come to without a filter (include_empty_files=false), without
+                # visiting anything: most compactions have no filter and this test runs per file.
+                self._file_tests[spec_id] = lambda f: f.record_count != 0
+                return self._file_tests[spec_id]
+            spec = self._metadata.specs()[spec_id]
+            partition_schema = Schema(*spec.partition_type(self._metadata.schema()).fields)
+            in_partition = expression_evaluator(partition_schema, self._partition_filter(spec_id), True)
+            metrics = self._metrics
+            self._file_tests[spec_id] = lambda f: bool(in_partition(f.partition)) and metrics(f)
+        return self._file_tests[spec_id]
 
 
 def _with_first_row_ids(

@@ -61,6 +61,7 @@ FENCE_NAMES = {
         "_get_column_projection_values",
         "_get_parquet_writer_kwargs",
         "_StrictMetricsEvaluator",
+        "_InclusiveMetricsEvaluator",
         "_inherit_from_manifest",
         "_meta",
         "_output_file",
@@ -432,6 +433,24 @@ def test_strict_metrics_evaluator() -> None:
     assert _parameters(_StrictMetricsEvaluator.eval) == ["self", "file"]
     schema = Schema(NestedField(1, "id", LongType(), required=False))
     assert callable(strict_metrics_evaluator(schema, GreaterThan("id", 1)))
+
+
+def test_inclusive_metrics_evaluator() -> None:
+    from pyiceberg.expressions import GreaterThan
+    from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
+
+    from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import inclusive_metrics_evaluator
+
+    assert _parameters(_InclusiveMetricsEvaluator.__init__)[:5] == [
+        "self",
+        "schema",
+        "expr",
+        "case_sensitive",
+        "include_empty_files",
+    ]
+    assert _parameters(_InclusiveMetricsEvaluator.eval) == ["self", "file"]
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    assert callable(inclusive_metrics_evaluator(schema, GreaterThan("id", 1)))
 
 
 def test_inherit_from_manifest() -> None:

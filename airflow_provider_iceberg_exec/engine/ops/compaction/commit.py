@@ -91,7 +91,8 @@ def commit_compaction(
         for doc in batch
     ]
     if pending:
-        _verify_batch(table, BaseFiles(table, base_snapshot_id), pending, files)
+        removed = {f.file_path for d in pending for f in files[str(d["group_id"])][0]}
+        _verify_batch(table, BaseFiles(table, base_snapshot_id, only=removed), pending, files)
     failed_commits = 0
     for number, batch in sorted(batches.items()):
         batch_id = _batch_id(commit_id, number, len(batches))

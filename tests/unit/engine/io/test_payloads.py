@@ -169,3 +169,25 @@ def test_a_payload_that_is_not_strict_json_is_refused_before_anything_is_written
     with pytest.raises(DataFileCodecError, match="is not JSON-serializable"):
         offload_payload(io, str(tmp_path), doc, name="nan", threshold=0)
     assert not (tmp_path / "metadata").exists()
+
+
+def test_staged_text_is_exactly_the_compact_json_of_the_document(io, tmp_path):
+    """The payload is written streamed (walked, entries encoded one by one) but byte for byte as one
+    ``json.dumps`` would write it, with shared lists, non-string keys, unicode and long lists."""
+    shared: list[object] = []
+    entries = [
+        {
+            "data-file": {"file-path": f"s3://b/é/{i}.parquet", "partition": shared, "n": i},
+            "delete-files": shared,
+        }
+        for i in range(40)
+    ]
+    doc = {
+        "schema": "iceberg-exec/compaction-plan@1",
+        "tasks": [{"data_files": entries, "ids": {1: "a"}, "short": [1, 2]}, {"data_files": entries[:3]}],
+        "ratio": 0.5,
+    }
+    ref = offload_payload(io, str(tmp_path), doc, name="exact", threshold=0)
+    staged = (tmp_path / "metadata" / "iceberg-exec-staging" / "exact.json").read_bytes()
+    assert staged == json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    assert ref["size_bytes"] == len(staged)

@@ -1,0 +1,202 @@
+"""Compaction planning streams the manifests (issue 16): the plan must be exactly the plan made from the
+whole scan (``scan_snapshot``, PyIceberg's planner), whatever the filter, the deletes, the specs and the
+format version; and nothing of the scan's DataFiles may be kept by the plan."""
+
+from __future__ import annotations
+
+import gc
+import json
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from airflow_provider_iceberg_exec.engine.meta import scan as scan_module
+from airflow_provider_iceberg_exec.engine.meta.scan import scan_snapshot, stream_data_files
+from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_to_json
+from airflow_provider_iceberg_exec.engine.ops.compaction import plan as plan_module
+from airflow_provider_iceberg_exec.engine.ops.compaction import plan_compaction
+from tests.helpers import commit_position_deletes, data_files
+from tests.integration.test_deletes import _append, _commit_deletes, _create, _equality_deletes
+from tests.integration.test_v3_commit import _append as _v3_append
+from tests.integration.test_v3_commit import _upgraded
+
+pytestmark = pytest.mark.integration
+
+_ALL = {"rewrite-all": "true"}
+
+
+def _whole_scan(io: Any, metadata: Any, snapshot: Any, row_filter: Any = None) -> Any:
+    """The scan compaction planned from before it streamed: every file of the table in one list."""
+    return iter(scan_snapshot(io, metadata, snapshot, row_filter).data_files)
+
+
+def _plans_both_ways(
+    table: Table, monkeypatch: pytest.MonkeyPatch, **kwargs: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    streamed = plan_compaction(table, **kwargs)
+    with monkeypatch.context() as patch:
+        patch.setattr(plan_module, "stream_data_files", _whole_scan)
+        whole = plan_compaction(table, **kwargs)
+    # JSON round trip: equal documents, not merely equal Python objects.
+    return json.loads(json.dumps(streamed)), json.loads(json.dumps(whole))
+
+
+def _mixed_table(catalog: SqlCatalog) -> Table:
+    """Spec 0 unpartitioned then spec 1 identity(category), many small files over several snapshots,
+    position deletes (file-scoped and by bounds), global and partition equality deletes."""
+    table = _create(catalog)
+    for start in range(0, 60, 6):
+        _append(table, range(start, start + 6), "a")
+    with table.update_spec() as update:
+        from pyiceberg.transforms import IdentityTransform
+
+        update.add_field("category", IdentityTransform(), "category")
+    for start in range(60, 120, 6):
+        _append(table, range(start, start + 6), "a" if start % 12 else "b")
+    by_path = sorted(data_files(table), key=lambda f: f.file_path)
+    commit_position_deletes(table, by_path[0].file_path, [0, 1, 2], set_referenced_data_file=True)
+    commit_position_deletes(table, by_path[3].file_path, [1], set_referenced_data_file=False)
+    _commit_deletes(
+        table,
+        [
+            _equality_deletes(table, {"id": (1, pa.int64(), [7, 70])}, spec_id=0),
+            _equality_deletes(table, {"id": (1, pa.int64(), [64])}, spec_id=1, partition=("a",)),
+        ],
+    )
+    for start in range(120, 150, 6):  # newer than the equality deletes
+        _append(table, range(start, start + 6), "b")
+    return table
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param({"options": _ALL}, id="rewrite-all"),
+        pytest.param({}, id="default-options"),
+        pytest.param({"options": _ALL, "where": "category = 'b'"}, id="partition-filter"),
+        pytest.param({"options": _ALL, "where": "id >= 100"}, id="metrics-filter"),
+        pytest.param({"options": _ALL, "where": "id < 0"}, id="filter-matching-nothing"),
+        pytest.param({"options": {**_ALL, "max-file-group-input-files": "7"}}, id="many-groups"),
+        pytest.param({"options": _ALL, "only_files_with_equality_deletes": True}, id="equality-deletes-only"),
+    ],
+)
+def test_streamed_plan_equals_the_plan_of_the_whole_scan(
+    catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any]
+) -> None:
+    table = _mixed_table(catalog)
+    options = kwargs.pop("options", None)
+    only_eq = kwargs.pop("only_files_with_equality_deletes", False)
+
+    streamed, whole = _plans_both_ways(
+        table, monkeypatch, options=options, only_files_with_equality_deletes=only_eq, **kwargs
+    )
+
+    assert streamed == whole
+    if "where" not in kwargs:
+        assert streamed["tasks"], "the table has files to compact: the comparison must not be vacuous"
+
+
+def test_streamed_scan_finds_the_same_files_deletes_and_metrics(catalog: SqlCatalog) -> None:
+    """File by file, with every field and metric: the streaming reader (the v3 layout) encodes exactly as
+    PyIceberg's planner's DataFiles do."""
+    table = _mixed_table(catalog)
+    metadata, snapshot = table.metadata, table.current_snapshot()
+    assert snapshot is not None
+    specs, schema = metadata.specs(), metadata.schema()
+
+    def encoded(files: Any) -> list[dict[str, Any]]:
+        return sorted(
+            (scanned_to_json(f, specs, schema) for f in files), key=lambda e: e["data-file"]["file-path"]
+        )
+
+    streamed = encoded(stream_data_files(table.io, metadata, snapshot))
+    whole = encoded(scan_snapshot(table.io, metadata, snapshot).data_files)
+
+    assert streamed == whole
+    assert len(streamed) == 25
+    assert sum(1 for e in streamed if e["delete-files"]) > 2
+
+
+def test_streamed_plan_of_a_v3_table_carries_the_inherited_row_ids(
+    catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = _upgraded(catalog)
+    _v3_append(table, 30, 10)
+    _v3_append(table, 40, 10)
+
+    streamed, whole = _plans_both_ways(table, monkeypatch, options=_ALL)
+
+    assert streamed == whole
+    inputs = [e["data-file"] for t in streamed["tasks"] for e in t["data_files"]]
+    assert len(inputs) == 5
+    assert sorted(f["first-row-id"] for f in inputs if "first-row-id" in f) == [0, 10, 20, 30, 40]
+
+
+def test_plan_keeps_no_data_file(catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan's DataFiles are garbage once the plan is made: only the lean candidates' JSON remains."""
+    table = _mixed_table(catalog)
+    seen: list[weakref.ref[DataFile]] = []
+    streaming = scan_module.stream_data_files
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        for scanned in streaming(*args, **kwargs):
+            seen.append(weakref.ref(scanned.data_file))
+            yield scanned
+
+    monkeypatch.setattr(plan_module, "stream_data_files", watched)
+    plan = plan_compaction(table, options=_ALL)
+    gc.collect()
+
+    assert plan["tasks"]
+    assert len(seen) == 25
+    assert [ref for ref in seen if ref() is not None] == []
+
+
+def test_plan_of_a_table_without_snapshot_is_empty(catalog: SqlCatalog, tmp_path: Path) -> None:
+    table = _create(catalog)
+
+    assert plan_compaction(table, options=_ALL)["tasks"] == []
+
+
+def test_commit_base_keeps_only_the_removed_files_and_still_proves_them(
+    catalog: SqlCatalog,
+) -> None:
+    """The compaction commit streams the base and keeps only the files it removes, without metrics; a
+    file the base does not have live is still refused."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
+    from pyiceberg.typedef import Record
+
+    from airflow_provider_iceberg_exec.engine.commit.verification import BaseFiles
+    from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+
+    table = _mixed_table(catalog)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    everything = BaseFiles(table, snapshot.snapshot_id)
+    removed_path = sorted(everything.live)[0]
+    gone = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=f"{removed_path}.not-there",
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=6,
+        file_size_in_bytes=10,
+    )
+
+    lean = BaseFiles(table, snapshot.snapshot_id, only={removed_path, gone.file_path})
+
+    assert list(lean.live) == [removed_path]
+    kept, full = lean.live[removed_path], everything.live[removed_path]
+    assert (kept.data_sequence_number, kept.delete_files) == (full.data_sequence_number, full.delete_files)
+    assert kept.data_file.record_count == full.data_file.record_count
+    assert full.data_file.lower_bounds
+    assert kept.data_file.lower_bounds is None
+    assert kept.data_file.column_sizes is None
+    with pytest.raises(DataFileCodecError, match="was not live in base snapshot"):
+        lean.check_removed([gone], {})
