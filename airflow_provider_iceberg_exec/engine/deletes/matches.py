@@ -70,7 +70,9 @@ _ORD = f"{_HIDDEN}ord"
 _POS = f"{_HIDDEN}pos"
 _SEQ = f"{_HIDDEN}seq"
 _PART = f"{_HIDDEN}part"
-_HASH = f"{_HIDDEN}hash"
+#: the hidden column of a staged row's key hash (:func:`~.keysets.key_hashes`)
+HASH = f"{_HIDDEN}hash"
+_HASH = HASH
 #: threads reading the data files' key columns (decoding and hashing release the GIL)
 _KEY_READERS = 2
 #: most buckets the hashed match splits each side into (each an open writer with a buffered row group);
