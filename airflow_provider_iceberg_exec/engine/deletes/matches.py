@@ -63,7 +63,17 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table.metadata import TableMetadata
 
-__all__ = ["KeyJob", "MatchStats", "Matcher", "equality_matches", "match_keys", "read_keys"]
+__all__ = [
+    "HASH",
+    "KeyJob",
+    "MatchStats",
+    "Matcher",
+    "delete_key_batches",
+    "equality_matches",
+    "match_keys",
+    "partition_id",
+    "read_keys",
+]
 
 _HIDDEN = "__iceberg_exec_"
 _ORD = f"{_HIDDEN}ord"
@@ -158,7 +168,7 @@ def _only(scanned: ScannedFile, paths: set[str]) -> ScannedFile:
     return ScannedFile(scanned.data_file, scanned.data_sequence_number, kept)
 
 
-def _partition_id(partitions: dict[tuple[int, str], int], data_file: DataFile) -> int:
+def partition_id(partitions: dict[tuple[int, str], int], data_file: DataFile) -> int:
     partition = data_file.partition
     key = (data_file.spec_id, repr(tuple(partition[i] for i in range(len(partition)))))
     return partitions.setdefault(key, len(partitions))
@@ -198,7 +208,7 @@ def _match_kind(
         if not deletes.close():
             return
         jobs = [
-            KeyJob(ordinal, scanned, _partition_id(partitions, scanned.data_file))
+            KeyJob(ordinal, scanned, partition_id(partitions, scanned.data_file))
             for ordinal, scanned in enumerate(files)
             if any(d.data_file.file_path in side.paths for d in scanned.delete_files)
         ]
@@ -298,7 +308,7 @@ def _stage_deletes(
     )
     fingerprints = None if exact else KeyFilter([f.field_id for f in key_fields], key_fields, rows, budget)
     for delete in kind:
-        for batch in _delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
+        for batch in delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
             if fingerprints is not None:
                 fingerprints.add_deletes(batch)
             if exact:
@@ -418,7 +428,7 @@ def _uint32(values: npt.NDArray[np.uint32]) -> pa.Array:
     return pa.array(values, type=pa.uint32())
 
 
-def _delete_key_batches(
+def delete_key_batches(
     io: FileIO,
     metadata: TableMetadata,
     delete: ScannedDelete,
@@ -432,7 +442,7 @@ def _delete_key_batches(
     import pyarrow as pa
 
     delete_file = delete.data_file
-    part = _partition_id(partitions, delete_file)
+    part = partition_id(partitions, delete_file)
     for batch in iter_data_file_batches(
         io,
         delete_file,
