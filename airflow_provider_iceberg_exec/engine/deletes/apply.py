@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes.equality import equality_kinds, key_column, key_fields_of
-from airflow_provider_iceberg_exec.engine.deletes.keysets import DeleteKeys, hashable, key_hashes
+from airflow_provider_iceberg_exec.engine.deletes.keysets import DeleteKeys, HashSet, hashable, key_hashes
 from airflow_provider_iceberg_exec.engine.deletes.matches import (
     MatchStats,
     delete_key_batches,
@@ -207,10 +207,12 @@ def _drop_positions(
 @dataclass(frozen=True)
 class _HeldKind:
     """One kind of equality deletes held in memory: the key columns' names in the rows read, the delete
-    rows, and the delete files' paths."""
+    rows, their key hashes (which rule out most rows for a bitmap lookup, not a search) and the delete
+    files' paths."""
 
     columns: tuple[str, ...]
     keys: DeleteKeys
+    hashes: HashSet
     paths: frozenset[str]
 
     def applies_to(self, scanned: ScannedFile) -> bool:
@@ -253,7 +255,7 @@ def _held_kinds(
             joined.extend(kind)
         else:
             paths = frozenset(d.data_file.file_path for d in kind)
-            held.append(_HeldKind(tuple(top[i] for i in ids), keys, paths))
+            held.append(_HeldKind(tuple(top[i] for i in ids), keys[0], keys[1], paths))
     return held, joined
 
 
@@ -267,9 +269,9 @@ def _hold(
     partitions: dict[tuple[int, str], int],
     limits: ResourceLimits,
     budget: int,
-) -> tuple[DeleteKeys | None, int]:
-    """The delete rows of one kind as :class:`~.keysets.DeleteKeys` and their bytes; ``None`` as soon as
-    they exceed ``budget`` bytes."""
+) -> tuple[tuple[DeleteKeys, HashSet] | None, int]:
+    """The delete rows of one kind as :class:`~.keysets.DeleteKeys` with the set of their key hashes,
+    and their bytes; ``None`` as soon as they exceed ``budget`` bytes."""
     import numpy as np
     import pyarrow as pa
 
@@ -288,14 +290,15 @@ def _hold(
     rows = pa.Table.from_batches(batches).combine_chunks()
     del batches
     keys = [rows.column(n).combine_chunks() for n in names]
+    hashes = key_hashes(keys)
     held = DeleteKeys(
         keys,
-        key_hashes(keys),
+        hashes,
         rows.column(rows.num_columns - 2).to_numpy().astype(np.int64),  # sequence number
         rows.column(rows.num_columns - 1).to_numpy().astype(np.int32),  # partition id
         is_global=is_global,
     )
-    return held, size
+    return (held, HashSet(hashes)), size
 
 
 def _match_held(
@@ -303,14 +306,25 @@ def _match_held(
 ) -> Iterator[tuple[pa.RecordBatch, npt.NDArray[np.bool_] | None]]:
     """Each batch of a data file with the mask of its rows the held equality deletes delete."""
     import numpy as np
+    import pyarrow as pa
 
     for batch in batches:
-        n = batch.num_rows
-        seqs = np.full(n, sequence_number, dtype=np.int64)
-        part = np.full(n, partition, dtype=np.int32)
         deleted = None
         for kind in kinds:
             columns = [batch.column(name) for name in kind.columns]
-            found = kind.keys.deleted(columns, key_hashes(columns), seqs, part)
-            deleted = found if deleted is None else deleted | found
+            hashes = key_hashes(columns)
+            maybe = np.flatnonzero(kind.hashes.contains(hashes))
+            if not len(maybe):
+                continue
+            rows = pa.array(maybe)
+            n = len(maybe)
+            found = kind.keys.deleted(
+                [column.take(rows) for column in columns],
+                hashes[maybe],
+                np.full(n, sequence_number, dtype=np.int64),
+                np.full(n, partition, dtype=np.int32),
+            )
+            if deleted is None:
+                deleted = np.zeros(batch.num_rows, dtype=bool)
+            deleted[maybe[found]] = True
         yield batch, deleted
