@@ -51,6 +51,7 @@ from airflow_provider_iceberg_exec.engine.deletes.matches import (
 )
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.read import iter_data_file_batches, read_batch_rows
+from airflow_provider_iceberg_exec.engine.io.session import release_memory
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged, remove_staged
 
 if TYPE_CHECKING:
@@ -146,6 +147,9 @@ class SourceStage:
         if self._hashes is not None:
             self.filter = HashSet(np.concatenate(self._hashes) if self._hashes else np.empty(0, np.uint32))
             self._hashes = None
+        # Staging and hashing leave tens of MiB freed but kept by the allocators (measured 2M source
+        # rows: 350 -> 215 MiB): hand them back before the target is read and rewritten.
+        release_memory()
 
     def _stage_hashed(self, keys: pa.RecordBatch, ordinals: pa.Array) -> None:
         """Stage the keys with their hash, those with a NULL in any key column left out (they match
@@ -268,6 +272,9 @@ def match_target(
             "merge-keys",
             pairs,
         )
+        # The hashes are no longer needed, and what the key readers freed goes back before the rewrite.
+        source.filter = None
+        release_memory()
     pairs.close()
     return pairs
 
