@@ -327,20 +327,9 @@ def _lanes(
 
 def _live_bytes_at_least(scanned: ScannedFile) -> int:
     """A lower bound of the bytes of ``scanned``'s live rows: its size less the share of its rows that its
-    position deletes and deletion vectors could delete (a delete file may hold other files' positions).
-
-    Equality deletes are not counted: their rows are keys of the whole table, not of this file (250,000
-    keys in 4 delete files apply to every 50,000-row file of bench/mor.py's table, which made every
-    group with them one lane); a lane they shrink costs at most one small file more.
-    """
-    from pyiceberg.manifest import DataFileContent
-
+    position deletes and deletion vectors could delete (a delete file may hold other files' positions)."""
     rows = scanned.data_file.record_count
-    deleted = sum(
-        d.data_file.record_count
-        for d in scanned.delete_files
-        if d.data_file.content != DataFileContent.EQUALITY_DELETES
-    )
+    deleted = sum(d.data_file.record_count for d in scanned.delete_files)
     if rows <= 0 or deleted >= rows:
         return 0
     return scanned.data_file.file_size_in_bytes * (rows - deleted) // rows

@@ -111,12 +111,3 @@ def test_equality_deletes_left_to_the_join_keep_one_lane() -> None:
 
     assert len(_lanes(inputs, _layout(), TWO_CORES, joins_deletes=True)) == 1
     assert len(_lanes(inputs, _layout(), TWO_CORES, joins_deletes=False)) == 2
-
-
-def test_held_equality_deletes_do_not_count_against_the_live_bytes() -> None:
-    """An equality delete's rows are keys of the whole table (here more than each file's rows): they say
-    nothing of one file's live bytes."""
-    equality = _file(1000, rows=10_000, content=DataFileContent.EQUALITY_DELETES)
-    inputs = [_scanned(50 * MiB, equality) for _ in range(5)]
-
-    assert len(_lanes(inputs, _layout(), TWO_CORES, joins_deletes=False)) == 2
