@@ -1,10 +1,10 @@
 """A binpack group large enough for several output files is rewritten in two lanes (issue 16): each
 lane a contiguous share of the group's files with its own reader and writer, run at once. Checked here:
-rows and checksum (PyIceberg's scan) are kept, unpartitioned and partitioned, with position deletes
-and with equality deletes held in memory; each lane adds at most one file under the target size; a
-group with equality deletes left to the join or under two target sizes keeps one lane; a failure in
-either lane removes every file both wrote and leaves the table as it was; progress counts both lanes.
-(v3 row lineage across lanes: tests/integration/test_v3_commit.py.)
+rows and checksum (PyIceberg's scan) are kept, unpartitioned and partitioned, with position deletes;
+each lane adds at most one file under the target size; a group with equality deletes or under two
+target sizes keeps one lane; a failure in either lane removes every file both wrote and leaves the
+table as it was; progress counts both lanes. (v3 row lineage across lanes:
+tests/integration/test_v3_commit.py.)
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.deletes import apply
 from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction
 from airflow_provider_iceberg_exec.engine.progress import Progress, listening
@@ -240,18 +239,10 @@ def test_position_deletes_are_applied_in_both_lanes(
     assert result["rewritten_data_files_count"] == FILES
 
 
-@pytest.mark.parametrize("held", [True, False], ids=["held-two-lanes", "joined-one-lane"])
-def test_a_group_with_equality_deletes_in_lanes_only_when_they_are_held(
-    catalog: SqlCatalog,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
-    held: bool,
+def test_a_group_with_equality_deletes_keeps_one_lane(
+    catalog: SqlCatalog, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Equality deletes held in memory are held once and every lane matches its rows against them;
-    those left to the join keep one lane (one bounded join over the whole group, not one per lane)."""
-    if not held:
-        monkeypatch.setattr(apply, "HELD_SHARE", 0)
+    """Its matches come from one bounded join over the whole group, not one per lane."""
     caplog.set_level(logging.INFO, logger=REWRITE_LOG)
     table = _table(catalog)
     options = _options(table, 3.5)
@@ -262,7 +253,7 @@ def test_a_group_with_equality_deletes_in_lanes_only_when_they_are_held(
 
     result = compact(table, options=options, limits=_two_cores(tmp_path))
 
-    assert _lanes_of_groups(caplog) == ([2] if held else [1])
+    assert _lanes_of_groups(caplog) == [1]
     assert result["removed_delete_files_count"] == 1  # nothing left that PyIceberg cannot read
     assert live_checksum(table) == expected
 

@@ -9,27 +9,20 @@ module streams each data file and turns its deletes into the rows to keep:
 - equality deletes whose keys the bucket transform hashes and whose delete rows fit
   :data:`HELD_SHARE` of the memory limit are held in memory (:class:`~.keysets.DeleteKeys`) and
   matched while the data file streams, on its own key columns: one read of each data file
-  (:func:`hold_equality_deletes`, once per rewrite task, shared by its lanes);
+  (:func:`_held_kinds`);
 - the positions other equality deletes match come first from the narrow, bounded join of
   :mod:`.matches` (key columns only, spilling) and are dropped by running position too.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes.equality import equality_kinds, key_column, key_fields_of
-from airflow_provider_iceberg_exec.engine.deletes.keysets import (
-    HASH_BYTES,
-    DeleteKeys,
-    HashSet,
-    hashable,
-    key_hashes,
-)
+from airflow_provider_iceberg_exec.engine.deletes.keysets import DeleteKeys, HashSet, hashable, key_hashes
 from airflow_provider_iceberg_exec.engine.deletes.matches import (
     MatchStats,
     delete_key_batches,
@@ -46,7 +39,6 @@ from airflow_provider_iceberg_exec.engine.io.read import (
 )
 from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile
-from airflow_provider_iceberg_exec.engine.meta.task_files import has_equality_deletes
 from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker
 
 if TYPE_CHECKING:
@@ -54,19 +46,13 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import pyarrow as pa
     from pyiceberg.io import FileIO
-    from pyiceberg.manifest import DataFile
     from pyiceberg.table.metadata import TableMetadata
 
-__all__ = [
-    "HELD_SHARE",
-    "DeleteStats",
-    "HeldDeletes",
-    "hold_equality_deletes",
-    "iter_live_group_batches",
-]
+__all__ = ["HELD_SHARE", "DeleteStats", "iter_live_group_batches"]
 
-#: the held equality deletes of one execution take at most this share of the memory limit
-HELD_SHARE = 1 / 4
+#: the held equality deletes of one stream take at most this share of the memory limit (each rewrite
+#: lane streams its own)
+HELD_SHARE = 1 / 8
 
 
 @dataclass
@@ -93,14 +79,13 @@ def iter_live_group_batches(
     stats: DeleteStats,
     progress: Tracker = NOT_TRACKED,
     row_lineage: bool = False,
-    held: HeldDeletes | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the live rows of ``files`` in the table schema, in file order: every applying delete applied.
 
     Each data file streams once, its deleted positions dropped by running position: those of its
     deletion vector or position delete files, and, where equality deletes apply, the rows they match:
     matched on the rows' own key columns as they stream when the deletes are held in memory
-    (:func:`hold_equality_deletes`), otherwise found first by the narrow join of :mod:`.matches` (key columns
+    (:func:`_held_kinds`), otherwise found first by the narrow join of :mod:`.matches` (key columns
     only, spilling to ``spill_dir``) and taken one data file at a time, in file order.
 
     :param files: the data files with the delete files that apply to each (from the scan or the task).
@@ -109,26 +94,27 @@ def iter_live_group_batches(
     :param row_lineage: the rows also carry ``_row_id`` and ``_last_updated_sequence_number`` (the last
         two columns), materialised from each file's ``first_row_id``, positions before deletes and data
         sequence number (:mod:`~.io.lineage`): what a v3 rewrite writes.
-    :param held: the equality deletes of a set of files that holds ``files``, from
-        :func:`hold_equality_deletes` (several streams share them); held here for ``files`` when not given.
     :raises DataFileReadError: when a data or delete file is missing or malformed.
     :raises ConfigurationError: for an equality delete on a field found in no schema, or a nested field.
     """
     import numpy as np
+    from pyiceberg.manifest import DataFileContent
 
     schema = metadata.schema()
     specs = metadata.specs()
     name_mapping = metadata.name_mapping()
-    equality = any(has_equality_deletes(f) for f in files)
-    if held is None:
-        held = hold_equality_deletes(io, metadata, files, limits) if equality else HeldDeletes()
-    joined = held.joined  # the join reads only those that apply to ``files``
+    equality = any(
+        d.data_file.content == DataFileContent.EQUALITY_DELETES for f in files for d in f.delete_files
+    )
+    partitions: dict[tuple[int, str], int] = {}
+    held, joined = _held_kinds(io, metadata, files, partitions, limits) if equality else ([], [])
     matches = _Matches(
         equality_matches(io, metadata, files, joined, limits=limits, spill_dir=spill_dir)
         if joined
         else iter(())
     )
-    parts = [held.partition_of(scanned.data_file) for scanned in files] if held.kinds else []
+    # Partition ids before any thread reads: the ids are handed out in the order they are first seen.
+    parts = [partition_id(partitions, scanned.data_file) for scanned in files] if held else []
     cache = ProjectionCache()
 
     def read(job: tuple[int, ScannedFile]) -> Iterator[tuple[pa.RecordBatch, npt.NDArray[np.bool_] | None]]:
@@ -147,7 +133,7 @@ def iter_live_group_batches(
             if row_lineage
             else None,
         )
-        kinds = [kind for kind in held.kinds if kind.applies_to(scanned)]
+        kinds = [kind for kind in held if kind.applies_to(scanned)]
         if not kinds:
             return ((batch, None) for batch in batches)
         return _match_held(batches, kinds, scanned.data_sequence_number, parts[ordinal])
@@ -233,26 +219,13 @@ class _HeldKind:
         return any(d.data_file.file_path in self.paths for d in scanned.delete_files)
 
 
-@dataclass
-class HeldDeletes:
-    """Equality deletes held in memory for the data files of an execution (:func:`hold_equality_deletes`):
-    the held kinds, the delete files left to the join of :mod:`.matches`, and the partition ids both
-    sides' rows are compared by."""
-
-    kinds: list[_HeldKind] = field(default_factory=list)
-    joined: list[ScannedDelete] = field(default_factory=list)
-    partitions: dict[tuple[int, str], int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def partition_of(self, data_file: DataFile) -> int:
-        """A data file's partition id (lanes ask from their own threads: ids are handed out in turn)."""
-        with self._lock:
-            return partition_id(self.partitions, data_file)
-
-
-def hold_equality_deletes(
-    io: FileIO, metadata: TableMetadata, files: Sequence[ScannedFile], limits: ResourceLimits
-) -> HeldDeletes:
+def _held_kinds(
+    io: FileIO,
+    metadata: TableMetadata,
+    files: Sequence[ScannedFile],
+    partitions: dict[tuple[int, str], int],
+    limits: ResourceLimits,
+) -> tuple[list[_HeldKind], list[ScannedDelete]]:
     """The kinds of equality deletes of ``files`` matched while the data files stream, and the delete
     files left to the join of :mod:`.matches`.
 
@@ -260,8 +233,7 @@ def hold_equality_deletes(
     field is a top-level column of the current schema (so the rows read carry it) and its delete rows,
     with the kinds held before it, take at most :data:`HELD_SHARE` of the memory limit: then no data
     file's key columns are read twice (measured on bench/mor.py's 5M-row table, that second read was
-    about 70 % of the separate key pass's CPU; the hashing the rest). A rewrite holds them once for all
-    its lanes.
+    about 70 % of the separate key pass's CPU; the hashing the rest).
     """
     from pyiceberg.schema import Schema
 
@@ -269,21 +241,22 @@ def hold_equality_deletes(
     top = {f.field_id: f.name for f in schema.fields}
     unpartitioned = {sid for sid, spec in metadata.specs().items() if spec.is_unpartitioned()}
     budget = int(limits.memory_limit_bytes * HELD_SHARE)
-    held = HeldDeletes()
+    held: list[_HeldKind] = []
+    joined: list[ScannedDelete] = []
     for (ids, is_global), kind in sorted(equality_kinds(files, unpartitioned).items()):
         key_fields = key_fields_of(metadata, ids)
         keys = None
         if hashable(key_fields) and all(i in top for i in ids):
             keys, size = _hold(
-                io, metadata, kind, Schema(*key_fields), ids, is_global, held.partitions, limits, budget
+                io, metadata, kind, Schema(*key_fields), ids, is_global, partitions, limits, budget
             )
             budget -= size
         if keys is None:
-            held.joined.extend(kind)
+            joined.extend(kind)
         else:
             paths = frozenset(d.data_file.file_path for d in kind)
-            held.kinds.append(_HeldKind(tuple(top[i] for i in ids), keys[0], keys[1], paths))
-    return held
+            held.append(_HeldKind(tuple(top[i] for i in ids), keys[0], keys[1], paths))
+    return held, joined
 
 
 def _hold(
@@ -304,11 +277,11 @@ def _hold(
 
     names = [key_column(i) for i in ids]
     batches: list[pa.RecordBatch] = []
-    size = HashSet.BITMAP_BYTES  # the hash set's bitmap, whatever the rows
+    size = 0
     stats = MatchStats()
     for delete in kind:
         for batch in delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
-            size += batch.nbytes + batch.num_rows * HASH_BYTES  # the rows and their sorted hashes
+            size += batch.nbytes
             if size > budget:
                 return None, 0
             batches.append(batch)

@@ -12,12 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, Strategy
 from airflow_provider_iceberg_exec.engine.contracts import REWRITE_RESULT, RewriteResult
-from airflow_provider_iceberg_exec.engine.deletes.apply import (
-    DeleteStats,
-    HeldDeletes,
-    hold_equality_deletes,
-    iter_live_group_batches,
-)
+from airflow_provider_iceberg_exec.engine.deletes.apply import DeleteStats, iter_live_group_batches
 from airflow_provider_iceberg_exec.engine.documents import (
     applied_deletes_of,
     check_base_snapshot,
@@ -82,17 +77,11 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
     group_id = str(task["group_id"])
     expected_rows = sum(f.data_file.record_count for f in inputs)
     rewritten_bytes = sum(f.data_file.file_size_in_bytes for f in inputs)
+    lanes = _lanes(inputs, layout, limits)
     with (
         track("compaction", files_total=len(inputs), bytes_total=rewritten_bytes, label=group_id) as progress,
         track_resources(limits) as (spill_dir, stats),
     ):
-        # Equality deletes small enough are held once, for every lane to match its rows against.
-        held = (
-            hold_equality_deletes(table.io, metadata, inputs, limits)
-            if any(has_equality_deletes(f) for f in inputs)
-            else None
-        )
-        lanes = _lanes(inputs, layout, limits, joins_deletes=held is not None and bool(held.joined))
         runs = [
             _LaneRun(
                 files,
@@ -103,9 +92,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         ]
 
         def rewrite(run: _LaneRun, stop: threading.Event | None) -> list[DataFile]:
-            return _rewrite_lane(
-                table, run, layout, schema, limits, spill_dir, progress, stop, len(runs), held
-            )
+            return _rewrite_lane(table, run, layout, schema, limits, spill_dir, progress, stop, len(runs))
 
         try:
             added = _run_lanes(runs, rewrite)
@@ -291,7 +278,7 @@ class _LaneRun:
 
 
 def _lanes(
-    inputs: Sequence[ScannedFile], layout: _OutputLayout, limits: ResourceLimits, *, joins_deletes: bool
+    inputs: Sequence[ScannedFile], layout: _OutputLayout, limits: ResourceLimits
 ) -> list[list[ScannedFile]]:
     """The group's inputs cut into lanes, each read and written on its own threads (one lane: as they are).
 
@@ -299,11 +286,9 @@ def _lanes(
     reader, so the count is :attr:`ResourceLimits.file_workers` (the cores the execution is given, as
     far as the memory limit holds four writer buffers per worker), the same bound the copy-on-write
     rewrite uses. Only binpack groups are split: sorted or re-clustered output is one ordered stream.
-    Groups with equality deletes that are not held in memory (``joins_deletes``) keep one lane: their
-    matches come from one bounded join over all the group's files
-    (:func:`.deletes.matches.equality_matches`, a quarter of the memory limit); a join per lane would
-    read every delete file again and hold that share once per lane. Held equality deletes
-    (:func:`.deletes.apply.hold_equality_deletes`) are held once and shared by the lanes.
+    Groups with equality deletes keep one lane: their matches come from one bounded join over all the
+    group's files (:func:`.deletes.matches.equality_matches`, a quarter of the memory limit); a join per
+    lane would read every delete file again and hold that share once per lane.
 
     Each lane ends with one file under the target size, so a lane must be worth at least one full file:
     a group is split only into as many lanes as it holds target sizes of live bytes, counted low (a data
@@ -312,7 +297,7 @@ def _lanes(
     hold one target size itself.
     """
     count = limits.file_workers
-    if count < 2 or len(inputs) < 2 or layout.needs_order or joins_deletes:
+    if count < 2 or len(inputs) < 2 or layout.needs_order or any(has_equality_deletes(f) for f in inputs):
         return [list(inputs)]
     target = max(1, layout.target_file_size_bytes)
     live = [_live_bytes_at_least(f) for f in inputs]
@@ -364,7 +349,6 @@ def _rewrite_lane(
     progress: Tracker,
     stop: threading.Event | None,
     lanes: int,
-    held: HeldDeletes | None = None,
 ) -> list[DataFile]:
     """Read one lane's live rows (on a read-ahead thread) and write them with its writer; check them.
 
@@ -388,7 +372,6 @@ def _rewrite_lane(
                 stats=run.deletes,
                 progress=progress,
                 row_lineage=layout.row_lineage,
-                held=held,
             ),
             limits.batch_size,
             # A joined batch stays well below a file: output files roll where they did unjoined.

@@ -43,7 +43,7 @@ def _sizes(lanes: list[list[ScannedFile]]) -> list[list[int]]:
 def test_a_group_of_several_target_sizes_is_cut_in_two_even_contiguous_halves() -> None:
     inputs = [_scanned(30 * MiB + i) for i in range(10)]  # 300 MiB
 
-    lanes = _lanes(inputs, _layout(), TWO_CORES, joins_deletes=False)
+    lanes = _lanes(inputs, _layout(), TWO_CORES)
 
     assert [f for lane in lanes for f in lane] == inputs  # contiguous, in file order
     assert [len(lane) for lane in lanes] == [5, 5]
@@ -52,7 +52,7 @@ def test_a_group_of_several_target_sizes_is_cut_in_two_even_contiguous_halves() 
 def test_a_group_under_two_target_sizes_is_one_lane() -> None:
     inputs = [_scanned(19 * MiB) for _ in range(10)]  # 190 MiB: one full file and a 90 MiB one
 
-    assert _sizes(_lanes(inputs, _layout(), TWO_CORES, joins_deletes=False)) == [[19 * MiB] * 10]
+    assert _sizes(_lanes(inputs, _layout(), TWO_CORES)) == [[19 * MiB] * 10]
 
 
 def test_a_lane_under_one_target_size_is_not_made() -> None:
@@ -60,13 +60,13 @@ def test_a_lane_under_one_target_size_is_not_made() -> None:
     small file."""
     inputs = [_scanned(150 * MiB), *(_scanned(10 * MiB) for _ in range(4))]
 
-    assert len(_lanes(inputs, _layout(), TWO_CORES, joins_deletes=False)) == 1
+    assert len(_lanes(inputs, _layout(), TWO_CORES)) == 1
 
 
 def test_the_cut_follows_the_bytes_not_the_file_count() -> None:
     inputs = [_scanned(120 * MiB), *(_scanned(20 * MiB) for _ in range(6))]
 
-    assert _sizes(_lanes(inputs, _layout(), TWO_CORES, joins_deletes=False)) == [[120 * MiB], [20 * MiB] * 6]
+    assert _sizes(_lanes(inputs, _layout(), TWO_CORES)) == [[120 * MiB], [20 * MiB] * 6]
 
 
 def test_position_deletes_count_against_the_live_bytes() -> None:
@@ -75,14 +75,21 @@ def test_position_deletes_count_against_the_live_bytes() -> None:
     deletes = _file(1000, rows=600, content=DataFileContent.POSITION_DELETES)
     inputs = [_scanned(50 * MiB, deletes) for _ in range(5)]
 
-    assert len(_lanes(inputs, _layout(), TWO_CORES, joins_deletes=False)) == 1
-    assert len(_lanes([_scanned(50 * MiB) for _ in range(5)], _layout(), TWO_CORES, joins_deletes=False)) == 2
+    assert len(_lanes(inputs, _layout(), TWO_CORES)) == 1
+    assert len(_lanes([_scanned(50 * MiB) for _ in range(5)], _layout(), TWO_CORES)) == 2
+
+
+def test_equality_deletes_keep_one_lane() -> None:
+    equality = _file(1000, rows=1, content=DataFileContent.EQUALITY_DELETES)
+    inputs = [_scanned(60 * MiB), _scanned(60 * MiB), _scanned(60 * MiB), _scanned(60 * MiB, equality)]
+
+    assert len(_lanes(inputs, _layout(), TWO_CORES)) == 1
 
 
 def test_sorted_or_reclustered_output_keeps_one_lane() -> None:
     inputs = [_scanned(60 * MiB) for _ in range(5)]
 
-    assert len(_lanes(inputs, _layout(needs_order=True), TWO_CORES, joins_deletes=False)) == 1
+    assert len(_lanes(inputs, _layout(needs_order=True), TWO_CORES)) == 1
 
 
 @pytest.mark.parametrize(
@@ -96,18 +103,8 @@ def test_sorted_or_reclustered_output_keeps_one_lane() -> None:
 def test_lanes_follow_the_cores_and_memory_given(limits: ResourceLimits, expected: int) -> None:
     inputs = [_scanned(50 * MiB) for _ in range(8)]  # 400 MiB: four target sizes
 
-    assert len(_lanes(inputs, _layout(), limits, joins_deletes=False)) == expected
+    assert len(_lanes(inputs, _layout(), limits)) == expected
 
 
 def test_a_single_file_is_one_lane() -> None:
-    assert len(_lanes([_scanned(500 * MiB)], _layout(), TWO_CORES, joins_deletes=False)) == 1
-
-
-def test_equality_deletes_left_to_the_join_keep_one_lane() -> None:
-    """The join reads every delete file and holds its share of the limit: once per group, not per lane;
-    held equality deletes are shared by the lanes."""
-    equality = _file(1000, rows=1, content=DataFileContent.EQUALITY_DELETES)
-    inputs = [_scanned(60 * MiB), _scanned(60 * MiB), _scanned(60 * MiB), _scanned(60 * MiB, equality)]
-
-    assert len(_lanes(inputs, _layout(), TWO_CORES, joins_deletes=True)) == 1
-    assert len(_lanes(inputs, _layout(), TWO_CORES, joins_deletes=False)) == 2
+    assert len(_lanes([_scanned(500 * MiB)], _layout(), TWO_CORES)) == 1
