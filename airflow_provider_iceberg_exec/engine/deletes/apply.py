@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes.equality import equality_kinds, key_column, key_fields_of
-from airflow_provider_iceberg_exec.engine.deletes.keysets import DeleteKeys, HashSet, hashable, key_hashes
+from airflow_provider_iceberg_exec.engine.deletes.keysets import (
+    HASH_BYTES,
+    DeleteKeys,
+    HashSet,
+    hashable,
+    key_hashes,
+)
 from airflow_provider_iceberg_exec.engine.deletes.matches import (
     MatchStats,
     delete_key_batches,
@@ -50,9 +56,10 @@ if TYPE_CHECKING:
 
 __all__ = ["HELD_SHARE", "DeleteStats", "iter_live_group_batches"]
 
-#: the held equality deletes of one stream take at most this share of the memory limit (each rewrite
-#: lane streams its own)
-HELD_SHARE = 1 / 8
+#: the held equality deletes of one stream take at most this share of the memory limit (a compaction
+#: group with equality deletes is one stream: one lane, see ``ops/compaction/rewrite.py`` ``_lanes``;
+#: measured on bench/mor.py's 5M-row table at 256 MiB, two lanes saved 0.5 s of 9 and cost 160 MiB)
+HELD_SHARE = 1 / 4
 
 
 @dataclass
@@ -277,11 +284,11 @@ def _hold(
 
     names = [key_column(i) for i in ids]
     batches: list[pa.RecordBatch] = []
-    size = 0
+    size = HashSet.BITMAP_BYTES  # the hash set's bitmap, whatever the rows
     stats = MatchStats()
     for delete in kind:
         for batch in delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
-            size += batch.nbytes
+            size += batch.nbytes + batch.num_rows * HASH_BYTES  # the rows and their sorted hashes
             if size > budget:
                 return None, 0
             batches.append(batch)
