@@ -33,6 +33,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+from airflow_provider_iceberg_exec.engine.deletes import apply
 from airflow_provider_iceberg_exec.engine.deletes.vectors import decode_deletion_vector
 from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction
@@ -46,6 +47,15 @@ SCHEMA = Schema(
     NestedField(2, "category", StringType(), required=False),
     NestedField(3, "name", StringType(), required=False),
 )
+
+
+@pytest.fixture(params=["held", "joined"])
+def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Equality deletes held in memory and matched as the data files stream, or (no share of the memory
+    limit for them) matched first by the key join of engine/deletes/matches.py: the same rows go."""
+    if request.param == "joined":
+        monkeypatch.setattr(apply, "HELD_SHARE", 0)
+    return str(request.param)
 
 
 def _limits(tmp_path: Path, memory_bytes: int = 64 * MiB) -> ResourceLimits:
@@ -196,6 +206,7 @@ def test_plan_no_longer_skips_files_with_deletes(catalog: SqlCatalog) -> None:
 # -- equality deletes -------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("equality_path")
 def test_equality_delete_applies_to_older_data_only(catalog: SqlCatalog, tmp_path: Path) -> None:
     """seq 1: ids 0..9; seq 2: eq delete {3, 13}; seq 3: ids 10..19 -- 13 is newer than the delete."""
     table = _create(catalog)
@@ -210,6 +221,7 @@ def test_equality_delete_applies_to_older_data_only(catalog: SqlCatalog, tmp_pat
     assert _live_delete_files(table) == []
 
 
+@pytest.mark.usefixtures("equality_path")
 def test_global_and_partition_scoped_equality_deletes(catalog: SqlCatalog, tmp_path: Path) -> None:
     """Spec 0 is unpartitioned (global deletes), spec 1 identity(category)."""
     table = _create(catalog, partitioned_later=True)
@@ -229,6 +241,7 @@ def test_global_and_partition_scoped_equality_deletes(catalog: SqlCatalog, tmp_p
     assert result["removed_delete_files_count"] == 2
 
 
+@pytest.mark.usefixtures("equality_path")
 def test_multi_column_equality_delete_matches_null_to_null(catalog: SqlCatalog, tmp_path: Path) -> None:
     table = _create(catalog)
     _append(table, range(10))
@@ -261,6 +274,7 @@ def test_equality_delete_on_a_dropped_column_still_applies(catalog: SqlCatalog, 
     assert "name" not in table.schema().column_names
 
 
+@pytest.mark.usefixtures("equality_path")
 def test_a_key_deleted_again_later_deletes_the_rows_between_too(catalog: SqlCatalog, tmp_path: Path) -> None:
     """seq 1: ids 0..9; seq 2: delete id 3; seq 3: id 3 again; seq 4: delete id 3 again; seq 5: id 3 again.
 
@@ -303,6 +317,7 @@ def test_float_keys_still_take_the_spilling_join(catalog: SqlCatalog, tmp_path: 
     assert _ids(table) == [i for i in range(20) if i not in (3, 4, 12)]
 
 
+@pytest.mark.usefixtures("equality_path")
 def test_position_and_equality_deletes_together(catalog: SqlCatalog, tmp_path: Path) -> None:
     table = _create(catalog)
     _append(table, range(10))
@@ -318,6 +333,25 @@ def test_position_and_equality_deletes_together(catalog: SqlCatalog, tmp_path: P
     assert _ids(table) == [i for i in range(20) if i not in gone]
     assert result["removed_delete_files_count"] == 2
     assert _live_delete_files(table) == []
+
+
+@pytest.mark.usefixtures("equality_path")
+def test_a_row_deleted_by_position_and_by_key_is_counted_once(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """The rewrite checks that it wrote the rows read minus those deleted: a row both kinds delete must
+    count once."""
+    table = _create(catalog)
+    _append(table, range(10))
+    _append(table, range(10, 20))
+    first = sorted(f.file_path for f in data_files(table))[0]
+    first_ids = pq.read_table(first.removeprefix("file://")).column("id").to_pylist()
+    commit_position_deletes(table, first, [0, 1, 2])
+    both = [first_ids[0], first_ids[2], first_ids[7]]
+    _commit_deletes(table, [_equality_deletes(table, {"id": (1, pa.int64(), both)}, spec_id=0)])
+
+    compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    gone = {*first_ids[:3], first_ids[7]}
+    assert _ids(table) == [i for i in range(20) if i not in gone]
 
 
 def test_equality_delete_shared_with_a_file_outside_the_plan_is_kept(
@@ -457,6 +491,7 @@ def test_resolve_deletes_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert _ids(table) == [i for i in range(10) if i != 4]
 
 
+@pytest.mark.usefixtures("equality_path")
 def test_bucketed_anti_join_applies_several_delete_kinds(
     catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -538,6 +573,7 @@ def test_new_equality_delete_conflicts_with_a_rewrite_into_another_spec(
     assert len(_live_delete_files(table)) == 1
 
 
+@pytest.mark.usefixtures("equality_path")
 def test_files_read_ahead_and_streamed_alike_get_their_deletes(
     catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,7 +16,7 @@ dates, times, timestamps, strings, UUIDs, fixed and binary. Float, double and bo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,7 +25,16 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.types import NestedField
 
-__all__ = ["HASH_BYTES", "DeleteKeys", "HashSet", "bucket_of", "hashable", "in_sorted", "key_hashes"]
+__all__ = [
+    "HASH_BYTES",
+    "DeleteKeys",
+    "HashSet",
+    "KeySet",
+    "bucket_of",
+    "hashable",
+    "in_sorted",
+    "key_hashes",
+]
 
 #: bytes one key's hash costs in memory
 HASH_BYTES = 4
@@ -171,8 +180,110 @@ def _equal(left: pa.Array, right: pa.Array) -> npt.NDArray[np.bool_]:
     return result
 
 
+class KeySet:
+    """Rows of keys held in memory, sorted by key hash and a partition id: every exact pair with a batch of
+    probe rows. Keys are compared column by column, null-safely (NULL equals NULL), never by hash alone;
+    a caller whose rule is SQL's ``=`` leaves rows with a NULL key out of both sides.
+
+    :param keys: the rows' key columns (one array per key field, all of one length).
+    :param hashes: :func:`key_hashes` of ``keys``.
+    :param partitions: each row's partition id; ``None``: the pairs ignore partitions.
+    """
+
+    #: most candidate pairs (probe row, row of the same hash) compared at once; a probe batch whose
+    #: keys repeat more than that in the set is matched in halves
+    MAX_CANDIDATES = 1 << 21
+
+    def __init__(
+        self,
+        keys: Sequence[pa.Array],
+        hashes: npt.NDArray[np.uint32],
+        partitions: npt.NDArray[np.int32] | None = None,
+    ) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        self._partitioned = partitions is not None
+        parts = partitions if partitions is not None else np.zeros(len(hashes), dtype=np.int32)
+        order = np.lexsort((parts, hashes))
+        #: the rows as given, in the set's order
+        self.order = order
+        self._slots = _slots(hashes[order], parts[order])
+        if np.array_equal(order, np.arange(len(order))):
+            self._keys = list(keys)
+        else:
+            indices = pa.array(order)
+            self._keys = [column.take(indices) for column in keys]
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def pairs(
+        self,
+        keys: Sequence[pa.Array],
+        hashes: npt.NDArray[np.uint32],
+        partitions: npt.NDArray[np.int32] | None = None,
+        where: Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], npt.NDArray[np.bool_]] | None = None,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Every ``(probe row, row of the set)`` whose keys are equal (and partitions, when the set has
+        them), in probe row order; ``where(probe rows, set rows)`` first rules out candidates cheaply.
+        Set rows are numbered as given to the constructor."""
+        import numpy as np
+        import pyarrow as pa
+
+        empty = np.empty(0, dtype=np.int64)
+        if not len(self._slots) or not len(hashes):
+            return empty, empty
+        parts = (
+            partitions if self._partitioned and partitions is not None else np.zeros(len(hashes), np.int32)
+        )
+        slots = _slots(hashes, parts)
+        low = np.searchsorted(self._slots, slots, side="left")
+        count = np.searchsorted(self._slots, slots, side="right") - low
+        total = int(count.sum())
+        if total > self.MAX_CANDIDATES and len(hashes) > 1:
+            half = len(hashes) // 2
+            ends = (slice(0, half), slice(half, None))
+            first, second = (
+                self.pairs(
+                    [k[end] for k in keys],
+                    hashes[end],
+                    None if partitions is None else partitions[end],
+                    None if where is None else _shifted(where, end.start),
+                )
+                for end in ends
+            )
+            return np.concatenate([first[0], second[0] + half]), np.concatenate([first[1], second[1]])
+        rows = np.flatnonzero(count)
+        if not len(rows):
+            return empty, empty
+        counts = count[rows]
+        at = low[rows]
+        if total > len(rows):  # a hash shared by several rows of the set: one candidate each
+            rows = np.repeat(rows, counts)
+            at = np.repeat(at, counts) + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        found = self.order[at]
+        if where is not None:
+            possible = where(rows, found)
+            rows, at, found = rows[possible], at[possible], found[possible]
+        if not len(rows):
+            return empty, empty
+        equal = np.ones(len(rows), dtype=bool)
+        probe_rows, set_rows = pa.array(rows), pa.array(at)
+        for probe, held in zip(keys, self._keys, strict=True):
+            equal &= _equal(probe.take(probe_rows), held.take(set_rows))
+        return rows[equal].astype(np.int64), found[equal].astype(np.int64)
+
+
+def _shifted(
+    where: Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], npt.NDArray[np.bool_]], offset: int
+) -> Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], npt.NDArray[np.bool_]]:
+    """``where`` for a slice of the probe batch that starts at ``offset``."""
+    return lambda rows, held: where(rows + offset, held)
+
+
 class DeleteKeys:
-    """Delete rows held in memory, sorted by key hash: which data rows they delete.
+    """Delete rows held in memory as a :class:`KeySet`: which data rows they delete.
 
     Rows with the same key and partition are kept once, with their highest sequence number (a data row
     is deleted by any of them exactly when it is by the highest).
@@ -217,13 +328,12 @@ class DeleteKeys:
             hashes, parts = hashes[firsts], parts[firsts]
             kept = pa.array(firsts)
             columns = [column.take(kept) for column in columns]
-        # Sorted by hash and partition: a data row looks up the delete rows of both at once.
-        self._slots = _slots(hashes, parts)
+        # Already in the set's order: the set keeps the columns as they are.
+        self._set = KeySet(columns, hashes, None if is_global else parts)
         self._seqs = seqs
-        self._keys = columns
 
     def __len__(self) -> int:
-        return len(self._slots)
+        return len(self._set)
 
     def deleted(
         self,
@@ -236,25 +346,14 @@ class DeleteKeys:
         delete row deletes: same key null-safely, higher sequence number, same partition unless global.
         """
         import numpy as np
-        import pyarrow as pa
 
+        seqs = self._seqs
+
+        def newer(rows: npt.NDArray[np.int64], held: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+            newer_delete: npt.NDArray[np.bool_] = seqs[held] > sequence_numbers[rows]
+            return newer_delete
+
+        rows, _ = self._set.pairs(keys, hashes, None if self._global else partitions, where=newer)
         deleted = np.zeros(len(hashes), dtype=bool)
-        if not len(self._slots) or not len(hashes):
-            return deleted
-        slots = _slots(hashes, np.zeros(len(hashes), dtype=np.int32) if self._global else partitions)
-        low = np.searchsorted(self._slots, slots, side="left")
-        count = np.searchsorted(self._slots, slots, side="right") - low
-        # Several delete rows share a slot only for distinct keys of one hash: nearly never more than one.
-        for offset in range(int(count.max())):
-            rows = np.flatnonzero(count > offset)
-            at = low[rows] + offset
-            possible = self._seqs[at] > sequence_numbers[rows]
-            rows, at = rows[possible], at[possible]
-            if not len(rows):
-                continue
-            equal = np.ones(len(rows), dtype=bool)
-            data_rows, delete_rows = pa.array(rows), pa.array(at)
-            for data, delete in zip(keys, self._keys, strict=True):
-                equal &= _equal(data.take(data_rows), delete.take(delete_rows))
-            deleted[rows[equal]] = True
+        deleted[rows] = True
         return deleted

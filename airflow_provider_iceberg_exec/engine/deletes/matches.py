@@ -6,10 +6,11 @@ a partition id; the equality deletes' keys with their sequence number and partit
 (6.2) hold per pair: keys equal null-safely, ``seq(delete) > seq(data)``, same spec and partition unless
 the delete is global.
 
-- Keys the Iceberg bucket transform hashes (all but float, double and boolean) are matched in memory by
-  :mod:`.keysets` (:func:`_match_kind_hashed`): the delete rows held sorted by key hash, in buckets by
-  hash when they do not fit the budget; the data files' key columns read on two threads, a row compared
-  only when a delete key has its hash.
+- Keys the Iceberg bucket transform hashes (all but float, double and boolean) are matched exactly by
+  :func:`match_keys`, the engine's one key join (MERGE's ON uses it too): the build rows (here the
+  delete rows) held by :mod:`.keysets` sorted by key hash, in memory, or in buckets by hash on disk
+  when they do not fit the budget; the probe rows (the data files' key columns, :func:`read_keys`, on
+  two threads) compared only where a build row has their hash.
 - Other keys are semi-joined by DataFusion (sort-merge, which spills), split first into buckets by key
   hash when a side is larger than the join's budget (:func:`~.equality.bucket_pairs`).
 
@@ -62,14 +63,26 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table.metadata import TableMetadata
 
-__all__ = ["MatchStats", "equality_matches"]
+__all__ = [
+    "HASH",
+    "KeyJob",
+    "MatchStats",
+    "Matcher",
+    "delete_key_batches",
+    "equality_matches",
+    "match_keys",
+    "partition_id",
+    "read_keys",
+]
 
 _HIDDEN = "__iceberg_exec_"
 _ORD = f"{_HIDDEN}ord"
 _POS = f"{_HIDDEN}pos"
 _SEQ = f"{_HIDDEN}seq"
 _PART = f"{_HIDDEN}part"
-_HASH = f"{_HIDDEN}hash"
+#: the hidden column of a staged row's key hash (:func:`~.keysets.key_hashes`)
+HASH = f"{_HIDDEN}hash"
+_HASH = HASH
 #: threads reading the data files' key columns (decoding and hashing release the GIL)
 _KEY_READERS = 2
 #: most buckets the hashed match splits each side into (each an open writer with a buffered row group);
@@ -123,8 +136,7 @@ def equality_matches(
             sorted(equality_kinds(selected, unpartitioned).items())
         ):
             side = _Kind(number, ids, is_global, {d.data_file.file_path for d in kind})
-            match = _match_kind_hashed if hashable(key_fields_of(metadata, ids)) else _match_kind
-            match(io, metadata, selected, kind, side, partitions, limits, spill_dir, out, stats)
+            _match_kind(io, metadata, selected, kind, side, partitions, limits, spill_dir, out, stats)
         # The matching ran on other threads: what they freed goes back before the data streams.
         release_memory()
         if not out.close():
@@ -156,7 +168,7 @@ def _only(scanned: ScannedFile, paths: set[str]) -> ScannedFile:
     return ScannedFile(scanned.data_file, scanned.data_sequence_number, kept)
 
 
-def _partition_id(partitions: dict[tuple[int, str], int], data_file: DataFile) -> int:
+def partition_id(partitions: dict[tuple[int, str], int], data_file: DataFile) -> int:
     partition = data_file.partition
     key = (data_file.spec_id, repr(tuple(partition[i] for i in range(len(partition)))))
     return partitions.setdefault(key, len(partitions))
@@ -174,41 +186,88 @@ def _match_kind(
     out: StagedParquet,
     stats: MatchStats,
 ) -> None:
-    """Semi-join the data files one kind of deletes applies to with those deletes; stage the matches."""
-    import pyarrow as pa
+    """Match the data files one kind of deletes applies to with those deletes; stage the matches.
+
+    The delete rows are staged first; what they tell about their keys (their hashes, or their
+    fingerprints for keys the bucket transform does not hash) keeps out of the match the data rows that
+    can match none. The data files' key columns are then read on up to :data:`_KEY_READERS` threads.
+    Hashable keys are matched exactly by :func:`match_keys` (in memory, or in buckets by hash when the
+    delete rows do not fit); float, double and boolean keys by DataFusion's spilling semi-join.
+    """
     from pyiceberg.schema import Schema
 
     key_fields = key_fields_of(metadata, side.ids)
     key_schema = Schema(*key_fields)
-    number = side.number
-    data = StagedParquet(os.path.join(spill_dir, f"eq-keys-d{number}"))
-    keys = StagedParquet(os.path.join(spill_dir, f"eq-keys-e{number}"))
-    # The delete keys first: their fingerprints keep out of the join the data rows that match none.
-    key_filter = KeyFilter(
-        side.ids, key_fields, sum(d.data_file.record_count for d in kind), limits.memory_limit_bytes // 4
-    )
+    names = [key_column(i) for i in side.ids]
+    exact = hashable(key_fields)
+    deletes = StagedParquet(os.path.join(spill_dir, f"eq-keys-e{side.number}"))
     try:
-        for delete in kind:
-            _stage_delete_keys(io, metadata, delete, key_schema, partitions, limits, keys, stats, key_filter)
-        for ordinal, scanned in enumerate(files):
-            if any(d.data_file.file_path in side.paths for d in scanned.delete_files):
-                _stage_data_keys(
-                    io, metadata, scanned, ordinal, key_schema, partitions, limits, data, stats, key_filter
-                )
-        if not (data.close() and keys.close()):
+        known = _stage_deletes(
+            io, metadata, kind, key_fields, key_schema, names, partitions, limits, deletes, stats, exact=exact
+        )
+        if not deletes.close():
+            return
+        jobs = [
+            KeyJob(ordinal, scanned, partition_id(partitions, scanned.data_file))
+            for ordinal, scanned in enumerate(files)
+            if any(d.data_file.file_path in side.paths for d in scanned.delete_files)
+        ]
+        read = functools.partial(
+            read_keys, io, metadata, jobs, key_schema, names, known, limits, stats, hashed=exact
+        )
+        if exact:
+            match_keys(
+                deletes,
+                read,
+                functools.partial(_delete_matcher, names=names, is_global=side.is_global),
+                limits,
+                spill_dir,
+                f"eq-keys-{side.number}",
+                out,
+            )
+        else:
+            _semi_join_kind(deletes, read, side, key_fields, limits, spill_dir, out)
+    finally:
+        deletes.remove()
+
+
+def _semi_join_kind(
+    deletes: StagedParquet,
+    read: Callable[[Callable[[pa.RecordBatch], None]], None],
+    side: _Kind,
+    key_fields: Sequence[Any],
+    limits: ResourceLimits,
+    spill_dir: str,
+    out: StagedParquet,
+) -> None:
+    """Stage the data rows ``read`` hands over, then semi-join them with the staged ``deletes`` in
+    DataFusion (sort-merge, which spills), split first into buckets by key hash when a side is larger
+    than the join's budget."""
+    import pyarrow as pa
+
+    data = StagedParquet(os.path.join(spill_dir, f"eq-keys-d{side.number}"))
+    lock = threading.Lock()
+
+    def stage(batch: pa.RecordBatch) -> None:
+        with lock:
+            data.write(batch)
+
+    try:
+        read(stage)
+        if not data.close():
             return
         # Freed staging buffers stay cached in PyArrow's allocator unless handed back now.
         pa.default_memory_pool().release_unused()
-        pair_limits = join_limits(limits, [data, keys])
+        pair_limits = join_limits(limits, [data, deletes])
         pairs = bucket_pairs(
             (data.path, data.total_bytes),
-            (keys.path, keys.total_bytes),
+            (deletes.path, deletes.total_bytes),
             side.ids,
             key_fields,
             pair_limits,
             limits,
             spill_dir,
-            f"eqm{number}",
+            f"eqm{side.number}",
         )
         for data_path, delete_path in pairs:
             try:
@@ -217,126 +276,119 @@ def _match_kind(
                         out.write(batch)
             finally:
                 for path in (data_path, delete_path):
-                    if path not in (data.path, keys.path):
+                    if path not in (data.path, deletes.path):
                         remove_staged(path)
     finally:
         data.remove()
-        keys.remove()
 
 
-def _match_kind_hashed(
-    io: FileIO,
-    metadata: TableMetadata,
-    files: Sequence[ScannedFile],
-    kind: Sequence[ScannedDelete],
-    side: _Kind,
-    partitions: dict[tuple[int, str], int],
-    limits: ResourceLimits,
-    spill_dir: str,
-    out: StagedParquet,
-    stats: MatchStats,
-) -> None:
-    """Match the data files one kind of hashable deletes applies to, exactly, in memory (:mod:`.keysets`);
-    stage the matches.
-
-    The delete rows are staged with their key hash; the hashes alone (4 bytes a key) tell which data rows
-    may match. When the delete rows fit :func:`_keys_budget`, they are held in memory and the data rows
-    are matched as their key columns are read; otherwise both sides are split by key hash into buckets
-    that do (data rows: only those whose hash a delete row has), and each bucket is matched in turn.
-    The data files' key columns are read on up to :data:`_KEY_READERS` threads.
-    """
-    from pyiceberg.schema import Schema
-
-    key_schema = Schema(*key_fields_of(metadata, side.ids))
-    names = [key_column(i) for i in side.ids]
-    deletes = StagedParquet(os.path.join(spill_dir, f"eq-keys-e{side.number}"))
-    try:
-        known = _stage_hashed_deletes(
-            io, metadata, kind, key_schema, names, partitions, limits, deletes, stats
-        )
-        if not deletes.close():
-            return
-        jobs = [
-            (ordinal, scanned, _partition_id(partitions, scanned.data_file))
-            for ordinal, scanned in enumerate(files)
-            if any(d.data_file.file_path in side.paths for d in scanned.delete_files)
-        ]
-        read = functools.partial(_read_data_keys, io, metadata, jobs, key_schema, names, known, limits, stats)
-        buckets = min(_MAX_KEY_BUCKETS, -(-deletes.total_bytes // _keys_budget(limits)))
-        if buckets <= 1:
-            in_memory = _delete_keys(_batches_of(deletes.path), names, side.is_global)
-            lock = threading.Lock()
-
-            def found(batch: pa.RecordBatch) -> None:
-                matched = _matched(in_memory, batch, names)
-                if matched.num_rows:
-                    with lock:
-                        out.write(matched)
-
-            read(found)
-        else:
-            _match_in_buckets(deletes, buckets, read, names, side, limits, spill_dir, out)
-    finally:
-        deletes.remove()
-
-
-def _stage_hashed_deletes(
+def _stage_deletes(
     io: FileIO,
     metadata: TableMetadata,
     kind: Sequence[ScannedDelete],
+    key_fields: Sequence[Any],
     key_schema: Any,
     names: Sequence[str],
     partitions: dict[tuple[int, str], int],
     limits: ResourceLimits,
     deletes: StagedParquet,
     stats: MatchStats,
-) -> HashSet | None:
-    """Stage the delete rows of one kind with their key hash; return the set of their hashes, or ``None``
-    when it would take more than a quarter of the memory limit (no data row is then ruled out by its hash
-    before the exact match)."""
+    *,
+    exact: bool,
+) -> HashSet | KeyFilter | None:
+    """Stage the delete rows of one kind (with their key hash when ``exact``); return what rules data rows
+    out before the match: the set of the delete keys' hashes (``exact``) or their fingerprints, or
+    ``None`` when that would take more than a quarter of the memory limit."""
     import numpy as np
 
     rows = sum(d.data_file.record_count for d in kind)
+    budget = limits.memory_limit_bytes // 4
     hashes: list[npt.NDArray[np.uint32]] | None = (
-        [] if rows * HASH_BYTES + HashSet.BITMAP_BYTES <= limits.memory_limit_bytes // 4 else None
+        [] if exact and rows * HASH_BYTES + HashSet.BITMAP_BYTES <= budget else None
     )
+    fingerprints = None if exact else KeyFilter([f.field_id for f in key_fields], key_fields, rows, budget)
     for delete in kind:
-        for batch in _delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
-            hashed = key_hashes([batch.column(n) for n in names])
-            if hashes is not None:
-                hashes.append(hashed)
-            deletes.write(_with(batch, {_HASH: _uint32(hashed)}))
+        for batch in delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
+            if fingerprints is not None:
+                fingerprints.add_deletes(batch)
+            if exact:
+                hashed = key_hashes([batch.column(n) for n in names])
+                if hashes is not None:
+                    hashes.append(hashed)
+                batch = _with(batch, {_HASH: _uint32(hashed)})
+            deletes.write(batch)
+    if fingerprints is not None:
+        return fingerprints
     if hashes is None:
         return None
     return HashSet(np.concatenate(hashes) if hashes else np.empty(0, dtype=np.uint32))
 
 
-def _match_in_buckets(
-    deletes: StagedParquet,
-    buckets: int,
+#: builds the in-memory side of :func:`match_keys` from staged rows: a function from a batch of probe
+#: rows to the batch of what they match
+Matcher = Callable[[Iterator["pa.RecordBatch"]], Callable[["pa.RecordBatch"], "pa.RecordBatch"]]
+
+
+def match_keys(
+    build: StagedParquet,
     read: Callable[[Callable[[pa.RecordBatch], None]], None],
-    names: Sequence[str],
-    side: _Kind,
+    matcher: Matcher,
     limits: ResourceLimits,
     spill_dir: str,
+    name: str,
     out: StagedParquet,
 ) -> None:
-    """Split the staged delete rows and the data rows ``read`` hands over into ``buckets`` by key hash,
-    then match bucket by bucket, each bucket's delete rows in memory."""
+    """Match probe rows against staged build rows by key, exactly, in memory when the build rows fit and
+    by buckets of key hash on disk when they do not; write what matches to ``out``.
+
+    The one key join of the engine (equality deletes, the equality -> position conversion, MERGE's ON):
+    ``build`` holds the build rows, closed, each with its key hash (:func:`~.keysets.key_hashes`, in the
+    hidden hash column); ``read(emit)`` hands ``emit`` the probe rows with their hash, possibly from
+    several threads; ``matcher(batches)`` holds build rows in memory (a :class:`~.keysets.KeySet`) and
+    returns the function that turns a batch of probe rows into the batch of matches written to ``out``.
+
+    When the build rows take more than :func:`_keys_budget`, both sides are split into up to
+    :data:`_MAX_KEY_BUCKETS` buckets by their hash, and bucket after bucket is matched; a bucket still
+    over the budget (keys repeated many times) is matched a slice of build rows at a time.
+    """
+    buckets = min(_MAX_KEY_BUCKETS, -(-build.total_bytes // _keys_budget(limits)))
+    if buckets <= 1:
+        probe = matcher(_batches_of(build.path))
+        lock = threading.Lock()
+
+        def found(batch: pa.RecordBatch) -> None:
+            matched = probe(batch)
+            if matched.num_rows:
+                with lock:
+                    out.write(matched)
+
+        read(found)
+    else:
+        _match_in_buckets(build, buckets, read, matcher, limits, spill_dir, name, out)
+
+
+def _match_in_buckets(
+    build: StagedParquet,
+    buckets: int,
+    read: Callable[[Callable[[pa.RecordBatch], None]], None],
+    matcher: Matcher,
+    limits: ResourceLimits,
+    spill_dir: str,
+    name: str,
+    out: StagedParquet,
+) -> None:
+    """Split the staged build rows and the probe rows ``read`` hands over into ``buckets`` by key hash,
+    then match bucket by bucket, each bucket's build rows in memory."""
     # Every bucket of one side buffers a row group: together a sixteenth of the limit.
     row_group = max(_MIN_BUCKET_ROW_GROUP_BYTES, limits.memory_limit_bytes // 16 // buckets)
 
     def stagers(side_name: str) -> list[StagedParquet]:
         return [
-            StagedParquet(
-                os.path.join(spill_dir, f"eq-keys-{side_name}{side.number}-b{b:03d}"),
-                row_group,
-                _BUCKET_CHUNKS,
-            )
+            StagedParquet(os.path.join(spill_dir, f"{name}-{side_name}-b{b:03d}"), row_group, _BUCKET_CHUNKS)
             for b in range(buckets)
         ]
 
-    split, candidates = stagers("e"), stagers("d")
+    split, candidates = stagers("build"), stagers("probe")
     lock = threading.Lock()
 
     def stage(batch: pa.RecordBatch) -> None:
@@ -344,29 +396,27 @@ def _match_in_buckets(
             _split_by_hash(batch, candidates, buckets)
 
     try:
-        for batch in _batches_of(deletes.path):
+        for batch in _batches_of(build.path):
             _split_by_hash(batch, split, buckets)
-        written = [part.close() for part in split]  # their buffers go before the data's fill
-        deletes.remove()
+        written = [part.close() for part in split]  # their buffers go before the probe side's fill
+        build.remove()
         read(stage)
-        for delete_part, data_part, has_deletes in zip(split, candidates, written, strict=True):
-            if data_part.close() and has_deletes:
-                for in_memory in _delete_key_slices(
-                    delete_part.path, names, side.is_global, _keys_budget(limits)
-                ):
-                    for batch in _batches_of(data_part.path):
-                        matched = _matched(in_memory, batch, names)
+        for build_part, probe_part, has_rows in zip(split, candidates, written, strict=True):
+            if probe_part.close() and has_rows:
+                for in_memory in _build_slices(build_part.path, matcher, _keys_budget(limits)):
+                    for batch in _batches_of(probe_part.path):
+                        matched = in_memory(batch)
                         if matched.num_rows:
                             out.write(matched)
-            delete_part.remove()
-            data_part.remove()
+            build_part.remove()
+            probe_part.remove()
     finally:
         for stager in (*split, *candidates):
             stager.remove()
 
 
 def _keys_budget(limits: ResourceLimits) -> int:
-    """The most bytes of staged delete rows held in memory at once (a sixteenth of the memory limit: the
+    """The most bytes of staged build rows held in memory at once (a sixteenth of the memory limit: the
     sorted copy and the probes' temporaries come on top, and whatever the allocator takes for them it
     keeps for the rewrite that follows)."""
     return max(1 << 20, limits.memory_limit_bytes // 16)
@@ -378,7 +428,7 @@ def _uint32(values: npt.NDArray[np.uint32]) -> pa.Array:
     return pa.array(values, type=pa.uint32())
 
 
-def _delete_key_batches(
+def delete_key_batches(
     io: FileIO,
     metadata: TableMetadata,
     delete: ScannedDelete,
@@ -392,7 +442,7 @@ def _delete_key_batches(
     import pyarrow as pa
 
     delete_file = delete.data_file
-    part = _partition_id(partitions, delete_file)
+    part = partition_id(partitions, delete_file)
     for batch in iter_data_file_batches(
         io,
         delete_file,
@@ -426,52 +476,55 @@ def _batches_of(path: str) -> Iterator[pa.RecordBatch]:
             yield from parquet.iter_batches(row_groups=[group], batch_size=1 << 20, use_threads=False)
 
 
-def _delete_keys(batches: Iterator[pa.RecordBatch], names: Sequence[str], is_global: bool) -> DeleteKeys:
-    """Staged delete rows (keys, sequence number, partition id, hash) as an in-memory :class:`DeleteKeys`."""
-    import numpy as np
-    import pyarrow as pa
-
-    rows = pa.Table.from_batches(list(batches)).combine_chunks()
-    return DeleteKeys(
-        [rows.column(n).combine_chunks() for n in names],
-        rows.column(_HASH).to_numpy().astype(np.uint32),
-        rows.column(_SEQ).to_numpy().astype(np.int64),
-        rows.column(_PART).to_numpy().astype(np.int32),
-        is_global=is_global,
-    )
-
-
-def _delete_key_slices(path: str, names: Sequence[str], is_global: bool, budget: int) -> Iterator[DeleteKeys]:
-    """A staged bucket of delete rows as in-memory :class:`DeleteKeys`, one slice of about ``budget``
-    bytes at a time (a bucket over the budget, from keys repeated many times, comes in several)."""
+def _build_slices(
+    path: str, matcher: Matcher, budget: int
+) -> Iterator[Callable[[pa.RecordBatch], pa.RecordBatch]]:
+    """A staged bucket of build rows held in memory by ``matcher``, one slice of about ``budget`` bytes
+    at a time (a bucket over the budget, from keys repeated many times, comes in several)."""
     pending: list[pa.RecordBatch] = []
     size = 0
     for batch in _batches_of(path):
         pending.append(batch)
         size += batch.nbytes
         if size >= budget:
-            yield _delete_keys(iter(pending), names, is_global)
+            yield matcher(iter(pending))
             pending, size = [], 0
     if pending:
-        yield _delete_keys(iter(pending), names, is_global)
+        yield matcher(iter(pending))
 
 
-def _matched(keys: DeleteKeys, batch: pa.RecordBatch, names: Sequence[str]) -> pa.RecordBatch:
-    """The ``(ordinal, position)`` of the rows of a batch of data keys (keys, ordinal, position, sequence
-    number, partition id, hash) that ``keys`` deletes."""
+def _delete_matcher(
+    batches: Iterator[pa.RecordBatch], *, names: Sequence[str], is_global: bool
+) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
+    """Staged delete rows (keys, sequence number, partition id, hash) held as :class:`DeleteKeys`; the
+    function that gives the ``(ordinal, position)`` of the rows of a batch of data keys (keys, ordinal,
+    position, sequence number, partition id, hash) they delete."""
     import numpy as np
     import pyarrow as pa
 
-    deleted = keys.deleted(
-        [batch.column(n) for n in names],
-        batch.column(_HASH).to_numpy().astype(np.uint32),
-        batch.column(_SEQ).to_numpy().astype(np.int64),
-        batch.column(_PART).to_numpy().astype(np.int32),
+    rows = pa.Table.from_batches(list(batches)).combine_chunks()
+    keys = DeleteKeys(
+        [rows.column(n).combine_chunks() for n in names],
+        rows.column(_HASH).to_numpy().astype(np.uint32),
+        rows.column(_SEQ).to_numpy().astype(np.int64),
+        rows.column(_PART).to_numpy().astype(np.int32),
+        is_global=is_global,
     )
-    rows = pa.array(np.flatnonzero(deleted))
-    return pa.RecordBatch.from_arrays(
-        [batch.column(_ORD).take(rows), batch.column(_POS).take(rows)], names=[ORD, POS]
-    )
+    del rows
+
+    def deleted(batch: pa.RecordBatch) -> pa.RecordBatch:
+        gone = keys.deleted(
+            [batch.column(n) for n in names],
+            batch.column(_HASH).to_numpy().astype(np.uint32),
+            batch.column(_SEQ).to_numpy().astype(np.int64),
+            batch.column(_PART).to_numpy().astype(np.int32),
+        )
+        at = pa.array(np.flatnonzero(gone))
+        return pa.RecordBatch.from_arrays(
+            [batch.column(_ORD).take(at), batch.column(_POS).take(at)], names=[ORD, POS]
+        )
+
+    return deleted
 
 
 def _split_by_hash(batch: pa.RecordBatch, stagers: Sequence[StagedParquet], buckets: int) -> None:
@@ -490,28 +543,55 @@ def _split_by_hash(batch: pa.RecordBatch, stagers: Sequence[StagedParquet], buck
         stagers[int(value)].write(batch.take(pa.array(order[start:end])))
 
 
-def _read_data_keys(
+@dataclass(frozen=True)
+class KeyJob:
+    """A data file whose key columns :func:`read_keys` reads: its ordinal, partition id, and the positions
+    of its rows that are not live (``None``: those its position deletes and deletion vector remove)."""
+
+    ordinal: int
+    scanned: ScannedFile
+    partition: int = 0
+    dead: npt.NDArray[np.int64] | None = None
+
+
+def read_keys(
     io: FileIO,
     metadata: TableMetadata,
-    jobs: Sequence[tuple[int, ScannedFile, int]],
+    jobs: Sequence[KeyJob],
     key_schema: Any,
     names: Sequence[str],
-    known: HashSet | None,
+    known: HashSet | KeyFilter | None,
     limits: ResourceLimits,
     stats: MatchStats,
     emit: Callable[[pa.RecordBatch], None],
+    *,
+    hashed: bool = True,
+    null_keys: bool = True,
 ) -> None:
-    """Read the key columns of the live rows of the ``(ordinal, data file, partition id)`` jobs, on up
-    to :data:`_KEY_READERS` threads, and hand ``emit`` those whose hash is ``known`` (every live row when
-    ``known`` is ``None``) with their ordinal, position, sequence number, partition id and hash.
-    ``emit`` is called from the reading threads."""
+    """Read the key columns of the live rows of ``jobs`` on up to :data:`_KEY_READERS` threads, and hand
+    ``emit`` those that may match (``known``: a :class:`~.keysets.HashSet` of the other side's key
+    hashes or a :class:`~.fingerprints.KeyFilter`; ``None``: every live row), each with its ordinal,
+    position, sequence number, partition id and, when ``hashed``, key hash. Without ``null_keys`` a row
+    with a NULL key is left out (SQL's ``=`` never matches it). ``emit`` is called from the reading
+    threads."""
     from concurrent.futures import ThreadPoolExecutor
 
     readers = max(1, min(_KEY_READERS, limits.target_partitions, len(jobs)))
     counts = [0] * len(jobs)
 
     def read(job: int) -> None:
-        counts[job] = _data_key_candidates(io, metadata, *jobs[job], key_schema, names, known, limits, emit)
+        counts[job] = _read_job_keys(
+            io,
+            metadata,
+            jobs[job],
+            key_schema,
+            names,
+            known,
+            limits,
+            emit,
+            hashed=hashed,
+            null_keys=null_keys,
+        )
         # Two threads decoding and hashing leave freed memory in their malloc arenas: hand it back as
         # each file is done, or it adds up to tens of MiB beside the budget.
         release_memory(arrow=False)
@@ -531,24 +611,27 @@ def _read_data_keys(
     stats.data_rows_read += sum(counts)
 
 
-def _data_key_candidates(
+def _read_job_keys(
     io: FileIO,
     metadata: TableMetadata,
-    ordinal: int,
-    scanned: ScannedFile,
-    part: int,
+    job: KeyJob,
     key_schema: Any,
     names: Sequence[str],
-    known: HashSet | None,
+    known: HashSet | KeyFilter | None,
     limits: ResourceLimits,
     emit: Callable[[pa.RecordBatch], None],
+    *,
+    hashed: bool,
+    null_keys: bool,
 ) -> int:
-    """One data file's part of :func:`_read_data_keys`; returns the rows read."""
+    """One data file's part of :func:`read_keys`; returns the rows read."""
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
+    scanned = job.scanned
     data_file = scanned.data_file
-    gone = deleted_positions(io, scanned)
+    gone = deleted_positions(io, scanned) if job.dead is None else job.dead
     start = 0
     for batch in iter_data_file_batches(
         io,
@@ -562,116 +645,39 @@ def _data_key_candidates(
         first, n = start, batch.num_rows
         positions = np.arange(first, first + n, dtype=np.int64)
         start += n
-        hashed = key_hashes([batch.column(c) for c in names])
-        keep = known.contains(hashed) if known is not None else None
+        columns = [batch.column(c) for c in names]
+        hashes = key_hashes(columns) if hashed else None
+        keep: npt.NDArray[np.bool_] | None = None
+        if isinstance(known, HashSet):
+            assert hashes is not None, "a hash set rules out hashed rows only"
+            keep = known.contains(hashes)
+        elif known is not None:
+            keep = known.candidates(batch)
+        if not null_keys and any(c.null_count for c in columns):
+            valid = np.ones(n, dtype=bool)
+            for column in columns:
+                valid &= pc.is_valid(column).to_numpy(zero_copy_only=False)
+            keep = valid if keep is None else keep & valid
         low, high = np.searchsorted(gone, [first, first + n])
         if low < high:  # rows a position delete or a DV removed are not live
             keep = np.ones(n, dtype=bool) if keep is None else keep
             keep[gone[low:high] - first] = False
         if keep is not None:
             rows = np.flatnonzero(keep)
-            batch, positions, hashed = batch.take(pa.array(rows)), positions[rows], hashed[rows]
+            batch, positions = batch.take(pa.array(rows)), positions[rows]
+            hashes = None if hashes is None else hashes[rows]
             n = batch.num_rows
         if n:
-            emit(
-                _with(
-                    batch,
-                    {
-                        _ORD: pa.array(np.full(n, ordinal, dtype=np.int32)),
-                        _POS: pa.array(positions),
-                        _SEQ: pa.array(np.full(n, scanned.data_sequence_number, dtype=np.int64)),
-                        _PART: pa.array(np.full(n, part, dtype=np.int32)),
-                        _HASH: _uint32(hashed),
-                    },
-                )
-            )
-    return start
-
-
-def _stage_data_keys(
-    io: FileIO,
-    metadata: TableMetadata,
-    scanned: ScannedFile,
-    ordinal: int,
-    key_schema: Any,
-    partitions: dict[tuple[int, str], int],
-    limits: ResourceLimits,
-    stage: StagedParquet,
-    stats: MatchStats,
-    key_filter: KeyFilter,
-) -> None:
-    """Stage the key columns of one data file's live rows that may match a delete key (see
-    :class:`~.fingerprints.KeyFilter`), with ordinal, position, sequence and partition."""
-    import numpy as np
-    import pyarrow as pa
-
-    data_file = scanned.data_file
-    gone = deleted_positions(io, scanned)
-    part = _partition_id(partitions, data_file)
-    start = 0
-    for batch in iter_data_file_batches(
-        io,
-        data_file,
-        table_schema=key_schema,
-        spec=metadata.specs()[data_file.spec_id],
-        name_mapping=metadata.name_mapping(),
-        format_version=metadata.format_version,
-        batch_size=read_batch_rows(data_file, limits.batch_size),
-    ):
-        n = batch.num_rows
-        stats.data_rows_read += n
-        positions = np.arange(start, start + n, dtype=np.int64)
-        start += n
-        keep = key_filter.candidates(batch)
-        if len(gone):
-            live = ~np.isin(positions, gone, assume_unique=True)
-            keep = live if keep is None else keep & live
-        if keep is not None:
-            batch, positions = batch.filter(pa.array(keep)), positions[keep]
-            n = batch.num_rows
-        if n:
-            scope = {
-                _ORD: pa.array(np.full(n, ordinal, dtype=np.int32)),
+            extra = {
+                _ORD: pa.array(np.full(n, job.ordinal, dtype=np.int32)),
                 _POS: pa.array(positions),
                 _SEQ: pa.array(np.full(n, scanned.data_sequence_number, dtype=np.int64)),
-                _PART: pa.array(np.full(n, part, dtype=np.int32)),
+                _PART: pa.array(np.full(n, job.partition, dtype=np.int32)),
             }
-            stage.write(_with(batch, scope))
-
-
-def _stage_delete_keys(
-    io: FileIO,
-    metadata: TableMetadata,
-    delete: ScannedDelete,
-    key_schema: Any,
-    partitions: dict[tuple[int, str], int],
-    limits: ResourceLimits,
-    stage: StagedParquet,
-    stats: MatchStats,
-    key_filter: KeyFilter,
-) -> None:
-    import numpy as np
-    import pyarrow as pa
-
-    delete_file = delete.data_file
-    part = _partition_id(partitions, delete_file)
-    for batch in iter_data_file_batches(
-        io,
-        delete_file,
-        table_schema=key_schema,
-        spec=metadata.specs()[delete_file.spec_id],
-        name_mapping=metadata.name_mapping(),
-        format_version=metadata.format_version,
-        batch_size=limits.batch_size,
-    ):
-        n = batch.num_rows
-        stats.delete_rows_read += n
-        key_filter.add_deletes(batch)
-        scope = {
-            _SEQ: pa.array(np.full(n, delete.data_sequence_number, dtype=np.int64)),
-            _PART: pa.array(np.full(n, part, dtype=np.int32)),
-        }
-        stage.write(_with(batch, scope))
+            if hashes is not None:
+                extra[_HASH] = _uint32(hashes)
+            emit(_with(batch, extra))
+    return start
 
 
 def _with(batch: pa.RecordBatch, extra: dict[str, pa.Array]) -> pa.RecordBatch:

@@ -69,6 +69,7 @@ _AHEAD_FILES = 32
 _AHEAD_STORED_BYTES = 4 * SMALL_FILE_BYTES
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 class ProjectionCache:
@@ -254,8 +255,8 @@ def iter_data_file_batches(
 
 
 def read_files_ahead(
-    files: Sequence[T], read: Callable[[T], Iterator[pa.RecordBatch]], size_of: Callable[[T], int]
-) -> Generator[Iterator[pa.RecordBatch], None, None]:
+    files: Sequence[T], read: Callable[[T], Iterator[U]], size_of: Callable[[T], int]
+) -> Generator[Iterator[U], None, None]:
     """One batch iterator per file of ``files``, in their order: ``read(file)``.
 
     A file of at most :data:`SMALL_FILE_BYTES` (``size_of``, its stored bytes) is read whole by one of
@@ -268,10 +269,10 @@ def read_files_ahead(
     """
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    def read_whole(item: T) -> list[pa.RecordBatch]:
+    def read_whole(item: T) -> list[U]:
         return list(read(item))
 
-    ahead: collections.deque[tuple[T, Future[list[pa.RecordBatch]] | None, int]] = collections.deque()
+    ahead: collections.deque[tuple[T, Future[list[U]] | None, int]] = collections.deque()
     remaining = iter(files)
     ahead_bytes = 0
     pool = ThreadPoolExecutor(_AHEAD_WORKERS, thread_name_prefix="iceberg-exec-read-file")

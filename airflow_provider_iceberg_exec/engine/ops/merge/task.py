@@ -38,10 +38,9 @@ from airflow_provider_iceberg_exec.engine.ops.merge.matching import (
     MatchedRows,
     SourceStage,
     check_cardinality,
-    match_pairs,
+    match_target,
     matched_ordinals,
     matched_source_rows,
-    stage_target_keys,
     unmatched_source_rows,
 )
 from airflow_provider_iceberg_exec.engine.ops.merge.outputs import Outputs
@@ -184,7 +183,7 @@ class _Run:
         self.progress.advance(phase="match")  # staging and joining the keys: no target file done yet
         pairs: StagedParquet | None = None
         try:
-            keys = stage_target_keys(
+            pairs = match_target(
                 self.table,
                 [(i, f, dead[i]) for i, f in enumerate(every)],
                 self.key_fields,
@@ -192,10 +191,6 @@ class _Run:
                 self.limits,
                 spill_dir,
             )
-            try:
-                pairs = match_pairs(keys, source, self.key_fields, self.limits, spill_dir)
-            finally:
-                keys.remove()
             if self.clauses.checks_cardinality:
                 check_cardinality(pairs, every, self.limits, spill_dir)
             if self.clauses.matched or self.clauses.not_matched_by_source:

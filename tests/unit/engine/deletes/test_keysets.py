@@ -26,6 +26,7 @@ from pyiceberg.types import (
 from airflow_provider_iceberg_exec.engine.deletes.keysets import (
     DeleteKeys,
     HashSet,
+    KeySet,
     bucket_of,
     hashable,
     in_sorted,
@@ -210,3 +211,39 @@ def test_the_hash_set_answers_as_a_sorted_search_does() -> None:
     assert (HashSet(members).contains(probes) == in_sorted(probes, np.unique(members))).all()
     assert HashSet(members).contains(probes)[:1000].all()
     assert not HashSet(np.empty(0, dtype=np.uint32)).contains(probes).any()
+
+
+def _pairs(held: KeySet, columns: list[pa.Array], **kwargs: object) -> set[tuple[int, int]]:
+    rows, found = held.pairs(columns, key_hashes(columns), **kwargs)  # type: ignore[arg-type]
+    return set(zip(rows.tolist(), found.tolist(), strict=True))
+
+
+def test_a_key_set_gives_every_pair_of_equal_keys_numbered_as_given() -> None:
+    """MERGE's ON: a probe row meets every copy of its key (the cardinality check needs them all)."""
+    held = KeySet([pa.array(["b", "a", "b", "c", None])], key_hashes([pa.array(["b", "a", "b", "c", None])]))
+    probe = [pa.array(["a", "b", "z", None])]
+
+    assert _pairs(held, probe) == {(0, 1), (1, 0), (1, 2), (3, 4)}
+
+
+def test_a_key_set_with_partitions_pairs_within_a_partition_only() -> None:
+    keys = [pa.array([7, 7], pa.int64())]
+    held = KeySet(keys, key_hashes(keys), np.array([1, 2], dtype=np.int32))
+    probe = [pa.array([7, 7, 7], pa.int64())]
+
+    pairs = _pairs(held, probe, partitions=np.array([2, 3, 1], dtype=np.int32))
+
+    assert pairs == {(0, 1), (2, 0)}
+
+
+def test_a_probe_with_many_candidates_is_matched_in_halves_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    keys = [pa.array([i % 5 for i in range(200)], pa.int64())]  # every key 40 times
+    held = KeySet(keys, key_hashes(keys))
+    probe = [pa.array([i % 7 for i in range(50)], pa.int64())]
+    whole = _pairs(held, probe, where=lambda rows, found: (rows + found) % 3 != 0)
+
+    monkeypatch.setattr(KeySet, "MAX_CANDIDATES", 16)
+    halves = _pairs(held, probe, where=lambda rows, found: (rows + found) % 3 != 0)
+
+    expected = {(r, f) for r in range(50) for f in range(200) if r % 7 == f % 5 and (r + f) % 3 != 0}
+    assert whole == halves == expected
