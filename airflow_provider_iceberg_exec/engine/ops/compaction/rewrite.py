@@ -362,7 +362,8 @@ def _lanes(
     The engine decides, not the user: a lane is one more writer (a row-group buffer) and one more
     reader, so the count is :attr:`ResourceLimits.file_workers` (the cores the execution is given, as
     far as the memory limit holds four writer buffers per worker), the same bound the copy-on-write
-    rewrite uses. Only binpack groups are split: sorted or re-clustered output is one ordered stream.
+    rewrite uses. Only binpack groups are split by their input files: a sorted group reads as one
+    stream and merges and writes its key ranges in lanes of its own (:func:`_write_sorted_lanes`).
     Groups with equality deletes keep one lane: their matches come from one bounded join over all the
     group's files (:func:`.deletes.matches.equality_matches`, a quarter of the memory limit); a join per
     lane would read every delete file again and hold that share once per lane.
