@@ -604,20 +604,21 @@ def test_sort_that_does_not_fit_spills_and_finishes(catalog: SqlCatalog, tmp_pat
 
 
 def test_sort_on_two_cores_writes_files_of_disjoint_key_ranges(catalog: SqlCatalog, tmp_path: Path) -> None:
-    """A sort that spills, given two cores, merges and writes its key ranges in two lanes: every file is
-    sorted, no two files' key ranges overlap, and the live rows are the same."""
-    table = _wide_table(catalog, "ns.lanes", rows=150_000)
+    """A sort that spills, given two cores and a limit of 256 MiB (a sort lane per 128 MiB), merges and
+    writes its key ranges in two lanes: every file is sorted, no two files' key ranges overlap, and the
+    live rows are the same."""
+    table = _wide_table(catalog, "ns.lanes", rows=400_000)
     before = live_checksum(table)
-    memory = max(64 * MiB, MIN_MEMORY_LIMIT_BYTES)
 
-    run_compact(
+    result = run_compact(
         table,
         tmp_path,
         strategy="sort",
         sort_order="payload",
-        limits=limits(tmp_path, memory, target_partitions=2),
+        limits=limits(tmp_path, 256 * MiB, target_partitions=2),
     )
 
+    assert result["spilled_bytes"] > 0
     assert live_checksum(table) == before
     _assert_sorted_by_payload(table)
     ranges = []
