@@ -248,7 +248,7 @@ class _RunSorter:
         self.pieces: list[_Piece] = []
         self.row_bytes = 0  # of the first run, for the merge's batches
         #: the key values that split the ranges, from the first run (sorted): every later run waits for them
-        self.splitters: Future[pa.Table | None] = Future()
+        self.splitters: Future[pa.Table] = Future()
         self._sorting: collections.deque[Future[list[_Piece]]] = collections.deque()
         self._pool = ThreadPoolExecutor(max_workers=_SORTERS, thread_name_prefix="iceberg-exec-sort")
 
@@ -271,11 +271,12 @@ class _RunSorter:
 
     def _sort_and_spill(self, raw: list[pa.RecordBatch], number: int) -> list[_Piece]:
         """One run sorted and written as one run file per key range (on a sorting thread)."""
+        cuts: list[int] = []
         try:
             prepared = self.prepare(raw)
             raw.clear()
             if self.ranges == 1:
-                table, cuts = _sort_table(prepared, self.order), []
+                table = _sort_table(prepared, self.order)
             elif number == 0:
                 table = _sort_table(prepared, self.order)
                 splitters = _splitters(table, self.order, self.ranges)

@@ -406,3 +406,34 @@ def test_float_decimal_and_string_keys_split_into_lanes_in_order(tmp_path: Path,
     assert (np.isnan(joined.column("f").to_numpy()) == np.isnan(expected.column("f").to_numpy())).all()
     assert ((bits[0] == bits[1]) | np.isnan(joined.column("f").to_numpy())).all()
     assert sorted(joined.column("id").to_pylist()) == list(range(count))
+
+
+@pytest.mark.parametrize(("fan_in", "passes"), [(64, False), (4, True)])
+def test_stats_count_the_runs_and_the_passes_that_merge_again(
+    tmp_path: Path, fan_in: int, passes: bool
+) -> None:
+    """Runs over the fan-in are merged again before the last merge, just enough of them: the stats say how
+    many passes and bytes; within the fan-in there are none."""
+    from airflow_provider_iceberg_exec.engine.io.merge_sort import SortStats
+
+    table = _rows(5000)
+    stats = SortStats()
+    with sorted_lanes(
+        _batches(table),
+        ORDER,
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
+        str(tmp_path),
+        prepare=pa.Table.from_batches,
+        finish=lambda rows: rows,
+        plan=MergePlan(run_bytes=8 << 10, fan_in=fan_in),
+        stats=stats,
+    ) as streams:
+        out = pa.Table.from_batches([b for stream in streams for b in stream], schema=table.schema)
+    assert _key_words(out) == _key_words(_datafusion_sorted(table))
+    assert stats.runs > 8
+    assert stats.lanes == 1
+    assert stats.spilled_bytes > 0
+    assert (stats.merge_passes > 0) == passes
+    assert (stats.remerged_bytes > 0) == passes
+    if passes:  # just enough runs merged again each time, not all of them
+        assert stats.remerged_bytes < stats.spilled_bytes * stats.merge_passes
