@@ -33,7 +33,6 @@ from airflow_provider_iceberg_exec.engine.io.sorting import (
     ZOrder,
     match_table_sort_order,
     parse_sort_order,
-    sort_for_output,
     sorted_lanes_for_output,
 )
 from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter
@@ -247,17 +246,13 @@ def _write_rows(
 ) -> list[DataFile]:
     """Sort the live rows when the layout needs it, split them by output partition, write, close.
 
-    A sort with several writers merges and writes its key ranges in lanes (:func:`_write_sorted_lanes`).
+    A sort merges and writes its key ranges in a lane per writer (:func:`_write_sorted_lanes`).
 
     :param stop: set when another lane of the group failed: stop writing (the group is aborted).
     """
-    if layout.needs_order and len(run.writers) > 1:
+    if layout.needs_order:  # a sorted group is never split by its files: no other lane to stop it
         return _write_sorted_lanes(live, run, layout, schema, limits, spill_dir, progress)
-    batches = live
-    if layout.needs_order:
-        run.sort = SortStats()
-        batches = sort_for_output(batches, layout.keys, layout.spec, schema, limits, spill_dir)
-    return _write_stream(batches, run.writer, layout, schema, progress, stop)
+    return _write_stream(live, run.writer, layout, schema, progress, stop)
 
 
 def _write_stream(
