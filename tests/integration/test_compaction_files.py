@@ -603,6 +603,33 @@ def test_sort_that_does_not_fit_spills_and_finishes(catalog: SqlCatalog, tmp_pat
     _assert_sorted_by_payload(table)
 
 
+def test_sort_on_two_cores_writes_files_of_disjoint_key_ranges(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """A sort that spills, given two cores and a limit of 256 MiB (a sort lane per 128 MiB), merges and
+    writes its key ranges in two lanes: every file is sorted, no two files' key ranges overlap, and the
+    live rows are the same."""
+    table = _wide_table(catalog, "ns.lanes", rows=400_000)
+    before = live_checksum(table)
+
+    result = run_compact(
+        table,
+        tmp_path,
+        strategy="sort",
+        sort_order="payload",
+        limits=limits(tmp_path, 256 * MiB, target_partitions=2),
+    )
+
+    assert result["spilled_bytes"] > 0
+    assert live_checksum(table) == before
+    _assert_sorted_by_payload(table)
+    ranges = []
+    for data_file in data_files(table):
+        payload = pq.read_table(local_path(data_file.file_path), columns=["payload"]).column("payload")
+        ranges.append((payload[0].as_py(), payload[-1].as_py()))
+    assert len(ranges) == 2
+    ranges.sort()
+    assert ranges[0][1] < ranges[1][0]
+
+
 def test_sort_that_fits_does_not_report_spill(catalog: SqlCatalog, tmp_path: Path) -> None:
     """The control for the test above: with room enough the same kind of sort spills nothing."""
     table = _wide_table(catalog, "ns.not_spilling", rows=20_000)

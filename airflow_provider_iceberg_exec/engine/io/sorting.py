@@ -7,6 +7,7 @@ table's order; only then are output files stamped with that order's id.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Iterator, Sequence
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
-from airflow_provider_iceberg_exec.engine.io.merge_sort import external_sort
+from airflow_provider_iceberg_exec.engine.io.merge_sort import SortStats, sorted_lanes
 from airflow_provider_iceberg_exec.engine.io.zorder import (
     ZOrder,
     zorder_columns,
@@ -205,24 +206,55 @@ def sort_for_output(
     limits: ResourceLimits,
     spill_dir: str,
 ) -> Iterator[pa.RecordBatch]:
-    """Sort rows by the output partition, then by ``keys``, under the memory limit.
+    """Sort rows by the output partition, then by ``keys``, under the memory limit: one stream
+    (:func:`sorted_lanes_for_output` with one lane)."""
+    with sorted_lanes_for_output(batches, keys, spec, schema, limits, spill_dir, lanes=1) as streams:
+        for stream in streams:
+            yield from stream
+
+
+@contextlib.contextmanager
+def sorted_lanes_for_output(
+    batches: Iterator[pa.RecordBatch],
+    keys: Sequence[AnyKey],
+    spec: PartitionSpec,
+    schema: Schema,
+    limits: ResourceLimits,
+    spill_dir: str,
+    *,
+    lanes: int,
+    stats: SortStats | None = None,
+) -> Iterator[list[Iterator[pa.RecordBatch]]]:
+    """Sort rows by the output partition, then by ``keys``, under the memory limit, as up to ``lanes``
+    streams of disjoint key ranges in key order (:func:`.merge_sort.sorted_lanes`), each to be consumed
+    on a thread of its own.
 
     An external merge sort (:mod:`.merge_sort`): runs of a sixteenth of the limit sorted in memory and
     spilled under ``spill_dir`` as sorted files, merged by DataFusion. Transformed keys become hidden
     columns, and a z-order of longs or timestamps replaces its columns with their z-value (they come back
     from it after the sort); both are computed on the sorting threads, and the restore runs on a thread of
-    its own beside the caller's.
+    its own per lane.
     """
     order, computed, restored = _sort_columns(keys, spec, schema)
     stager = _Stager(computed, restored)
-    yield from external_sort(batches, order, limits, spill_dir, prepare=stager.prepare, finish=stager.finish)
+    with sorted_lanes(
+        batches,
+        order,
+        limits,
+        spill_dir,
+        prepare=stager.prepare,
+        finish=stager.finish,
+        lanes=lanes,
+        stats=stats,
+    ) as streams:
+        yield streams
     stager.check.verify()
 
 
 class _Stager:
     """The rows as sorted (hidden columns added, z-order columns replaced by their z-value) and back.
 
-    :meth:`prepare` runs on two sorting threads at once; :meth:`finish` on a thread of its own.
+    :meth:`prepare` runs on two sorting threads at once; :meth:`finish` on a thread of its own per lane.
     """
 
     def __init__(self, computed: list[tuple[list[str], Any]], restored: list[_Restored]) -> None:
@@ -269,8 +301,10 @@ class _Stager:
     def finish(self, rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The sorted rows' own columns, the z-order columns got back from their z-values."""
         for sorted_batch in _sorted_rows(rows, self.names, self.types, self.restored):
-            for column in self.dropped:
-                self.check.restored[column].add(sorted_batch.column(column))
+            if self.dropped:
+                with self._lock:  # one finish per lane, at once
+                    for column in self.dropped:
+                        self.check.restored[column].add(sorted_batch.column(column))
             yield sorted_batch
 
 

@@ -8,7 +8,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, Strategy
 from airflow_provider_iceberg_exec.engine.contracts import REWRITE_RESULT, RewriteResult
@@ -20,6 +20,7 @@ from airflow_provider_iceberg_exec.engine.documents import (
 )
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
 from airflow_provider_iceberg_exec.engine.io.lineage import with_lineage_columns
+from airflow_provider_iceberg_exec.engine.io.merge_sort import SortStats
 from airflow_provider_iceberg_exec.engine.io.read import (
     READ_AHEAD_BATCHES,
     READ_AHEAD_BYTES,
@@ -32,7 +33,7 @@ from airflow_provider_iceberg_exec.engine.io.sorting import (
     ZOrder,
     match_table_sort_order,
     parse_sort_order,
-    sort_for_output,
+    sorted_lanes_for_output,
 )
 from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to_json
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
     from airflow_provider_iceberg_exec.engine.meta.scan import ScannedFile
 
 log = logging.getLogger(__name__)
+
+_Lane = TypeVar("_Lane")
 
 
 def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: ResourceLimits) -> RewriteResult:
@@ -78,6 +81,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
     expected_rows = sum(f.data_file.record_count for f in inputs)
     rewritten_bytes = sum(f.data_file.file_size_in_bytes for f in inputs)
     lanes = _lanes(inputs, layout, limits)
+    sort_lanes = _sort_lanes(limits) if layout.needs_order else 1
     with (
         track("compaction", files_total=len(inputs), bytes_total=rewritten_bytes, label=group_id) as progress,
         track_resources(limits) as (spill_dir, stats),
@@ -87,6 +91,8 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
                 files,
                 _writer(table, layout, limits, group_id),
                 f"{group_id} lane {number} of {len(lanes)}" if len(lanes) > 1 else group_id,
+                # A sorted group reads in one lane and merges and writes in several: a writer each.
+                [_writer(table, layout, limits, group_id) for _ in range(sort_lanes - 1)],
             )
             for number, files in enumerate(lanes, start=1)
         ]
@@ -100,7 +106,8 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
             # Every writer is aborted, even when removing another one's files failed.
             with contextlib.ExitStack() as aborts:
                 for run in runs:
-                    aborts.callback(run.writer.abort)
+                    for writer in run.writers:
+                        aborts.callback(writer.abort)
             mapped = resource_error(err)
             if mapped is err:
                 raise
@@ -110,10 +117,10 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         position_deleted=sum(run.deletes.position_deleted for run in runs),
         equality_deleted=sum(run.deletes.equality_deleted for run in runs),
     )
-    rows_written = sum(run.writer.rows_written for run in runs)
+    rows_written = sum(writer.rows_written for run in runs for writer in run.writers)
     added_bytes = sum(f.file_size_in_bytes for f in added)
     log.info(
-        "group %s: %d file(s), %d bytes -> %d file(s), %d bytes, %d rows in %d lane(s); "
+        "group %s: %d file(s), %d bytes -> %d file(s), %d bytes, %d rows in %d lane(s)%s; "
         "peak RSS %d MiB, spilled %d MiB",
         group_id,
         len(inputs),
@@ -122,6 +129,11 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         added_bytes,
         rows_written,
         len(runs),
+        "".join(
+            f", sorted in {s.runs} run(s) merged in {s.lanes} lane(s) after {s.merge_passes} extra pass(es) "
+            f"over {s.remerged_bytes >> 20} MiB"
+            for s in (run.sort for run in runs if run.sort is not None)
+        ),
         stats.peak_rss_bytes >> 20,
         stats.spilled_bytes >> 20,
     )
@@ -224,7 +236,7 @@ def _writer(
 
 def _write_rows(
     live: Iterator[pa.RecordBatch],
-    writer: RollingDataFileWriter,
+    run: _LaneRun,
     layout: _OutputLayout,
     schema: Schema,
     limits: ResourceLimits,
@@ -234,19 +246,82 @@ def _write_rows(
 ) -> list[DataFile]:
     """Sort the live rows when the layout needs it, split them by output partition, write, close.
 
+    A sort merges and writes its key ranges in a lane per writer (:func:`_write_sorted_lanes`).
+
     :param stop: set when another lane of the group failed: stop writing (the group is aborted).
     """
-    batches = live
-    if layout.needs_order:
-        batches = sort_for_output(batches, layout.keys, layout.spec, schema, limits, spill_dir)
+    if layout.needs_order:  # a sorted group is never split by its files: no other lane to stop it
+        return _write_sorted_lanes(live, run, layout, schema, limits, spill_dir, progress)
+    return _write_stream(live, run.writer, layout, schema, progress, stop)
+
+
+def _write_stream(
+    batches: Iterator[pa.RecordBatch],
+    writer: RollingDataFileWriter,
+    layout: _OutputLayout,
+    schema: Schema,
+    progress: Tracker,
+    stop: threading.Event | None,
+) -> list[DataFile]:
+    """Write ``batches`` split by output partition with ``writer``, and close it."""
     splitter = PartitionSplitter(layout.spec, schema)
     for batch in batches:
         if stop is not None and stop.is_set():
             raise _Stopped
-        for partition_key, run in splitter.split(batch):
-            writer.write(partition_key, run)
+        for partition_key, rows in splitter.split(batch):
+            writer.write(partition_key, rows)
         progress.advance(rows=batch.num_rows)
     return writer.close()
+
+
+def _write_sorted_lanes(
+    live: Iterator[pa.RecordBatch],
+    run: _LaneRun,
+    layout: _OutputLayout,
+    schema: Schema,
+    limits: ResourceLimits,
+    spill_dir: str,
+    progress: Tracker,
+) -> list[DataFile]:
+    """Sort the live rows into key ranges and merge and write each lane of ranges with a writer of its
+    own, on a thread of its own: every file is sorted and the lanes' files cover disjoint key ranges, as
+    Spark's range-partitioned sort writes them. Files in key order."""
+    run.sort = SortStats()
+    with sorted_lanes_for_output(
+        live, layout.keys, layout.spec, schema, limits, spill_dir, lanes=len(run.writers), stats=run.sort
+    ) as streams:
+        lanes = [_SortLane(stream, writer) for stream, writer in zip(streams, run.writers, strict=False)]
+
+        def write(lane: _SortLane, stop: threading.Event | None) -> list[DataFile]:
+            return _write_stream(lane.rows, lane.writer, layout, schema, progress, stop)
+
+        added = _run_lanes(lanes, write)
+    # writers left without a key range wrote nothing
+    for writer in run.writers[len(lanes) :]:
+        added.extend(writer.close())
+    return added
+
+
+@dataclass
+class _SortLane:
+    rows: Iterator[pa.RecordBatch]
+    writer: RollingDataFileWriter
+
+
+#: limit per lane of a sort's merge: a lane held about 150 MiB of RSS beyond the pool (its DataFusion
+#: merge, writer and threads: a 4M-row sort at a 128 MiB limit peaked at 361 MiB in one lane, 511 in two)
+_SORT_LANE_LIMIT_BYTES = 128 << 20
+
+
+def _sort_lanes(limits: ResourceLimits) -> int:
+    """Lanes a sorted group merges and writes in: one per writer the limit holds at once
+    (:attr:`ResourceLimits.file_workers`, the bound binpack's lanes use) and per 128 MiB of the limit, so
+    that the lanes stay within the limit plus the engine's overhead.
+
+    >>> [_sort_lanes(ResourceLimits(memory_limit_bytes=m << 20, target_partitions=2)) for m in (64, 128, 256)]
+    [1, 1, 2]
+    """
+    return max(1, min(limits.file_workers, limits.memory_limit_bytes // _SORT_LANE_LIMIT_BYTES))
 
 
 def _check_rows_conserved(group_id: str, expected_rows: int, deletes: DeleteStats, written: int) -> None:
@@ -274,7 +349,15 @@ class _LaneRun:
     writer: RollingDataFileWriter
     #: how the lane is named in logs and errors: the group id, and the lane when there are several
     label: str
+    #: a sorted group's further writers, one per further lane of its merge
+    sort_writers: list[RollingDataFileWriter] = field(default_factory=list)
     deletes: DeleteStats = field(default_factory=DeleteStats)
+    #: what the sort did, when the lane's rows were sorted
+    sort: SortStats | None = None
+
+    @property
+    def writers(self) -> list[RollingDataFileWriter]:
+        return [self.writer, *self.sort_writers]
 
 
 def _lanes(
@@ -285,7 +368,8 @@ def _lanes(
     The engine decides, not the user: a lane is one more writer (a row-group buffer) and one more
     reader, so the count is :attr:`ResourceLimits.file_workers` (the cores the execution is given, as
     far as the memory limit holds four writer buffers per worker), the same bound the copy-on-write
-    rewrite uses. Only binpack groups are split: sorted or re-clustered output is one ordered stream.
+    rewrite uses. Only binpack groups are split by their input files: a sorted group reads as one
+    stream and merges and writes its key ranges in lanes of its own (:func:`_write_sorted_lanes`).
     Groups with equality deletes keep one lane: their matches come from one bounded join over all the
     group's files (:func:`.deletes.matches.equality_matches`, a quarter of the memory limit); a join per
     lane would read every delete file again and hold that share once per lane.
@@ -381,15 +465,17 @@ def _rewrite_lane(
         max_bytes=READ_AHEAD_BYTES // lanes,
     )
     try:
-        added = _write_rows(live, run.writer, layout, schema, limits, spill_dir, progress, stop)
+        added = _write_rows(live, run, layout, schema, limits, spill_dir, progress, stop)
     finally:
         live.close()
-    _check_rows_conserved(run.label, expected_rows, run.deletes, run.writer.rows_written)
+    _check_rows_conserved(
+        run.label, expected_rows, run.deletes, sum(writer.rows_written for writer in run.writers)
+    )
     return added
 
 
 def _run_lanes(
-    runs: Sequence[_LaneRun], rewrite: Callable[[_LaneRun, threading.Event | None], list[DataFile]]
+    runs: Sequence[_Lane], rewrite: Callable[[_Lane, threading.Event | None], list[DataFile]]
 ) -> list[DataFile]:
     """Run ``rewrite`` over every lane at once (one lane: on this thread); the files in lane order.
 
@@ -398,13 +484,13 @@ def _run_lanes(
     """
     from concurrent.futures import ThreadPoolExecutor, wait
 
-    if len(runs) == 1:
-        return rewrite(runs[0], None)
+    if len(runs) <= 1:
+        return [data_file for run in runs for data_file in rewrite(run, None)]
     stop = threading.Event()
     lock = threading.Lock()
     failures: list[BaseException] = []
 
-    def lane(run: _LaneRun) -> list[DataFile]:
+    def lane(run: _Lane) -> list[DataFile]:
         try:
             return rewrite(run, stop)
         except _Stopped:

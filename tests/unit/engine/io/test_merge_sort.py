@@ -4,6 +4,7 @@ directory and none left behind."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -13,7 +14,12 @@ import pytest
 from datafusion import SessionContext, col
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.io.merge_sort import MergePlan, SortColumn, external_sort
+from airflow_provider_iceberg_exec.engine.io.merge_sort import (
+    MergePlan,
+    SortColumn,
+    external_sort,
+    sorted_lanes,
+)
 
 ORDER: list[SortColumn] = [("g", True, False), ("f", False, True), ("s", True, True)]
 
@@ -260,3 +266,174 @@ def test_every_column_type_goes_through_the_runs_and_the_merge_unchanged(tmp_pat
     assert out.schema == table.schema
     assert out.column('Key "one"').to_pylist() == sorted(keys.tolist(), reverse=True)
     assert out.sort_by("id").to_pylist() == table.to_pylist()
+
+
+# -- lanes: the sorted rows as streams of disjoint key ranges ----------------------------------------------
+
+
+def _sorted_in_lanes(
+    batches, order: list[SortColumn], spill_dir: Path, plan: MergePlan | None, lanes: int = 2, prepare=None
+) -> list[pa.Table]:
+    """Each lane's rows, every lane consumed on a thread of its own at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with (
+        sorted_lanes(
+            batches,
+            order,
+            ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(spill_dir)),
+            str(spill_dir),
+            prepare=prepare or pa.Table.from_batches,
+            finish=lambda rows: rows,
+            lanes=lanes,
+            plan=plan,
+        ) as streams,
+        ThreadPoolExecutor(max_workers=max(1, len(streams))) as pool,
+    ):
+        return list(pool.map(list, streams))
+
+
+def _lane_tables(lanes: list[list[pa.RecordBatch]], schema: pa.Schema) -> list[pa.Table]:
+    return [pa.Table.from_batches(batches, schema=schema) for batches in lanes]
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [MergePlan(run_bytes=16 << 10, fan_in=64), MergePlan(run_bytes=8 << 10, fan_in=4)],
+    ids=["one-merge-per-range", "extra-passes"],
+)
+def test_lanes_hold_disjoint_key_ranges_in_datafusions_order(tmp_path: Path, plan: MergePlan) -> None:
+    """Nulls first and last, NaN, -0.0, a descending key and keys repeated across the splitters (``g``
+    has five values): the lanes one after the other are DataFusion's order of all the rows, so each lane is
+    sorted and every key of a lane sorts before or with every key of the next."""
+    table = _rows(5000)
+    lanes = _lane_tables(_sorted_in_lanes(_batches(table), ORDER, tmp_path / "spill", plan), table.schema)
+    assert len(lanes) == 2
+    assert all(lane.num_rows for lane in lanes)
+    joined = pa.concat_tables(lanes)
+    assert _key_words(joined) == _key_words(_datafusion_sorted(table))
+    assert sorted(joined.column("id").to_pylist()) == list(range(5000))
+    assert not (tmp_path / "spill" / "sort-runs").exists(), "the runs are removed"
+
+
+def test_a_repeated_key_is_never_split_between_lanes(tmp_path: Path) -> None:
+    """A key value lies in one lane only, even when most rows share it (equal splitters)."""
+    rng = np.random.default_rng(2)
+    count = 6000
+    keys = np.where(rng.random(count) < 0.7, 7, rng.integers(0, 100, count))
+    table = pa.table({"k": pa.array(keys, pa.int64()), "id": pa.array(np.arange(count), pa.int64())})
+    order: list[SortColumn] = [("k", False, False)]
+    lanes = _lane_tables(
+        _sorted_in_lanes(_batches(table), order, tmp_path, MergePlan(run_bytes=8 << 10, fan_in=64)),
+        table.schema,
+    )
+    values = [set(lane.column("k").to_pylist()) for lane in lanes]
+    for a, b in itertools.combinations(values, 2):
+        assert not a & b
+    joined = pa.concat_tables(lanes)
+    assert joined.column("k").to_pylist() == sorted(keys.tolist(), reverse=True)
+    assert sorted(joined.column("id").to_pylist()) == list(range(count))
+
+
+def test_all_equal_keys_come_out_in_one_lane(tmp_path: Path) -> None:
+    table = pa.table({"k": pa.array([3] * 4000, pa.int64()), "id": pa.array(range(4000), pa.int64())})
+    lanes = _sorted_in_lanes(
+        _batches(table), [("k", True, True)], tmp_path, MergePlan(run_bytes=8 << 10, fan_in=64)
+    )
+    assert len(lanes) == 1
+    assert sorted(pa.Table.from_batches(lanes[0]).column("id").to_pylist()) == list(range(4000))
+
+
+def test_one_run_and_no_rows_need_no_lanes(tmp_path: Path) -> None:
+    """Rows that fit one run are sorted in memory and come out as one lane; no rows, no lane."""
+    table = _rows(500)
+    (lane,) = _lane_tables(_sorted_in_lanes(_batches(table), ORDER, tmp_path, None), table.schema)
+    assert _key_words(lane) == _key_words(_datafusion_sorted(table))
+    assert _sorted_in_lanes(iter([]), ORDER, tmp_path, MergePlan(run_bytes=8 << 10, fan_in=4)) == []
+    assert list(tmp_path.iterdir()) == [] or not (tmp_path / "sort-runs").exists()
+
+
+def test_a_failure_sorting_the_first_run_fails_the_runs_waiting_for_its_splitters(tmp_path: Path) -> None:
+    """The later runs wait for the splitters the first run gives: its error reaches the caller, nothing
+    hangs, nothing is left in the spill directory."""
+    calls = []
+
+    def prepare(batches):
+        calls.append(len(batches))
+        if len(calls) == 1:
+            raise RuntimeError("first run broken")
+        return pa.Table.from_batches(batches)
+
+    with pytest.raises(RuntimeError, match="first run broken"):
+        _sorted_in_lanes(
+            _batches(_rows(5000)), ORDER, tmp_path, MergePlan(run_bytes=8 << 10, fan_in=4), prepare=prepare
+        )
+    assert not (tmp_path / "sort-runs").exists()
+
+
+@pytest.mark.parametrize("lanes", [2, 3])
+def test_float_decimal_and_string_keys_split_into_lanes_in_order(tmp_path: Path, lanes: int) -> None:
+    """Keys compared by their images (floats by total order, decimals by limbs, strings by bytes) are cut
+    where DataFusion orders them."""
+    import decimal
+
+    rng = np.random.default_rng(9)
+    count = 4000
+    table = pa.table(
+        {
+            "d": pa.array(
+                [decimal.Decimal(int(v)) for v in rng.integers(-(2**40), 2**40, count)], pa.decimal128(38, 0)
+            ),
+            "s": pa.array(["é" * int(v % 3) + f"{v:05d}" for v in rng.integers(0, 30, count)]),
+            "f": pa.array(rng.choice([-0.0, 0.0, np.nan, -np.inf, 1.0], count), pa.float64()),
+            "id": pa.array(range(count), pa.int64()),
+        }
+    )
+    order: list[SortColumn] = [("s", False, True), ("f", True, True), ("d", True, False)]
+    out = _lane_tables(
+        _sorted_in_lanes(
+            _batches(table), order, tmp_path, MergePlan(run_bytes=16 << 10, fan_in=64), lanes=lanes
+        ),
+        table.schema,
+    )
+    assert 2 <= len(out) <= lanes
+    keys = [col(name).sort(ascending=asc, nulls_first=nulls) for name, asc, nulls in order]
+    expected = SessionContext().from_arrow(table).sort(*keys).to_arrow_table()
+    joined = pa.concat_tables(out)
+    for name in ("s", "d"):
+        assert joined.column(name).to_pylist() == expected.column(name).to_pylist()
+    bits = [joined.column("f").to_numpy().view(np.int64), expected.column("f").to_numpy().view(np.int64)]
+    assert (np.isnan(joined.column("f").to_numpy()) == np.isnan(expected.column("f").to_numpy())).all()
+    assert ((bits[0] == bits[1]) | np.isnan(joined.column("f").to_numpy())).all()
+    assert sorted(joined.column("id").to_pylist()) == list(range(count))
+
+
+@pytest.mark.parametrize(("fan_in", "passes"), [(64, False), (4, True)])
+def test_stats_count_the_runs_and_the_passes_that_merge_again(
+    tmp_path: Path, fan_in: int, passes: bool
+) -> None:
+    """Runs over the fan-in are merged again before the last merge, just enough of them: the stats say how
+    many passes and bytes; within the fan-in there are none."""
+    from airflow_provider_iceberg_exec.engine.io.merge_sort import SortStats
+
+    table = _rows(5000)
+    stats = SortStats()
+    with sorted_lanes(
+        _batches(table),
+        ORDER,
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
+        str(tmp_path),
+        prepare=pa.Table.from_batches,
+        finish=lambda rows: rows,
+        plan=MergePlan(run_bytes=8 << 10, fan_in=fan_in),
+        stats=stats,
+    ) as streams:
+        out = pa.Table.from_batches([b for stream in streams for b in stream], schema=table.schema)
+    assert _key_words(out) == _key_words(_datafusion_sorted(table))
+    assert stats.runs > 8
+    assert stats.lanes == 1
+    assert stats.spilled_bytes > 0
+    assert (stats.merge_passes > 0) == passes
+    assert (stats.remerged_bytes > 0) == passes
+    if passes:  # just enough runs merged again each time, not all of them
+        assert stats.remerged_bytes < stats.spilled_bytes * stats.merge_passes
