@@ -87,7 +87,19 @@ class ProjectionCache:
         #: the last file's (Arrow schema, spec id, partition) and projection: the next file nearly always
         #: has the same, and comparing schemas costs far less than the cache key (measured per 20-row file:
         #: 0.06 ms of 0.65)
-        self.last: tuple[pa.Schema, int, object, _Projection] | None = None
+        self._last: tuple[pa.Schema, int, object, _Projection] | None = None
+
+    def last_projection(self, arrow_schema: pa.Schema, spec_id: int, partition: object) -> _Projection | None:
+        """The last file's projection when this file has its schema, spec and partition, else ``None``."""
+        last = self._last
+        if (
+            last is not None
+            and last[1] == spec_id
+            and last[2] == partition
+            and arrow_schema.equals(last[0], check_metadata=True)
+        ):
+            return last[3]
+        return None
 
     def file_schema(self, key: bytes, build: Callable[[], Schema]) -> Schema:
         if (found := self._schemas.get(key)) is None:
@@ -105,6 +117,12 @@ class ProjectionCache:
         if (found := self._projections.get(full)) is None:
             found = self._projections[full] = build()
         return found
+
+    def remember_last(
+        self, arrow_schema: pa.Schema, spec_id: int, partition: object, projection: _Projection
+    ) -> None:
+        """Keep ``projection`` as the last file's, for :meth:`last_projection`."""
+        self._last = (arrow_schema, spec_id, partition, projection)
 
 
 class _Projection:
@@ -315,14 +333,8 @@ def _projection(
     format_version: int,
 ) -> _Projection:
     """The columns to read from a file of ``arrow_schema`` and the projection of its batches."""
-    last = cache.last
-    if (
-        last is not None
-        and last[1] == spec.spec_id
-        and last[2] == data_file.partition
-        and arrow_schema.equals(last[0], check_metadata=True)
-    ):
-        return last[3]
+    if (last := cache.last_projection(arrow_schema, spec.spec_id, data_file.partition)) is not None:
+        return last
     from pyiceberg.io.pyarrow import pyarrow_to_schema
     from pyiceberg.schema import prune_columns
     from pyiceberg.types import ListType, MapType
@@ -368,7 +380,7 @@ def _projection(
         return _Projection(columns, project, _fast_order(table_schema, file_projection))
 
     projection = cache.projection(key, missing_values, build)
-    cache.last = (arrow_schema, spec.spec_id, data_file.partition, projection)
+    cache.remember_last(arrow_schema, spec.spec_id, data_file.partition, projection)
     return projection
 
 
