@@ -15,6 +15,7 @@ import pytest
 from airflow_provider_iceberg_exec.engine.io.read import (
     _AHEAD_FILES,
     _AHEAD_STORED_BYTES,
+    _RUN_FILES,
     SMALL_FILE_BYTES,
     read_ahead,
     read_files_ahead,
@@ -157,6 +158,37 @@ def test_a_read_error_is_raised_in_its_files_turn_after_the_files_before_it() ->
     with pytest.raises(ValueError, match="bad is corrupt"):
         next(streams)
     streams.close()
+
+
+def test_a_failed_file_in_a_run_is_raised_in_its_turn_and_the_rest_of_its_run_is_not_read() -> None:
+    """Consecutive small files are read in runs (``_RUN_FILES``) by one worker: a file failing in the
+    middle of a run still comes after the files before it, and nothing after it in its run is read."""
+    files = [(f"f{i}", 10) for i in range(_RUN_FILES)]
+    bad = files[_RUN_FILES // 2][0]
+    log: list[str] = []
+    streams = read_files_ahead(files, _fake_read(log, fail=bad), _size)
+    for _ in range(_RUN_FILES // 2):
+        assert len(list(next(streams))) == 2
+    with pytest.raises(ValueError, match=f"{bad} is corrupt"):
+        next(streams)
+    streams.close()
+    assert log == [name for name, _ in files[: _RUN_FILES // 2 + 1]]
+
+
+def test_a_run_stops_at_a_large_file_which_keeps_its_place() -> None:
+    files = [
+        ("a", 10),
+        ("b", 10),
+        ("large", SMALL_FILE_BYTES + 1),
+        ("c", 10),
+        ("large2", SMALL_FILE_BYTES + 1),
+    ]
+    got = [
+        b.column("file")[0].as_py()
+        for batches in read_files_ahead(files, _fake_read([]), _size)
+        for b in batches
+    ]
+    assert got == [name for name, _ in files for _ in range(2)]
 
 
 def test_reads_stay_a_bounded_number_of_files_ahead_and_stop_when_closed() -> None:

@@ -70,9 +70,16 @@ EVOLVED = pa.schema(
     [_field("id", pa.int64(), 1, False), _field("label", pa.string(), 2), _field("q", pa.int32(), 3)]
 )
 MISSING = pa.schema([_field("id", pa.int64(), 1, False), _field("name", pa.string(), 2)])
+#: the table's columns in another order: the relabelling fast path, but not the identity
+REORDERED = pa.schema(
+    [_field("qty", pa.int64(), 3), _field("id", pa.int64(), 1, False), _field("name", pa.string(), 2)]
+)
 
 
-@pytest.mark.parametrize("layouts", [[SAME] * 4, [SAME, EVOLVED, SAME, MISSING, EVOLVED, SAME]])
+@pytest.mark.parametrize(
+    "layouts",
+    [[SAME] * 4, [SAME, EVOLVED, SAME, MISSING, EVOLVED, SAME], [SAME, REORDERED, SAME, EVOLVED, REORDERED]],
+)
 def test_cached_reads_equal_pyiceberg_projection(tmp_path: Path, layouts: list[pa.Schema]) -> None:
     files = [_write(tmp_path / f"f{i}.parquet", s, 10, 10 * i) for i, s in enumerate(layouts)]
     cache = ProjectionCache()
@@ -116,6 +123,60 @@ def test_fast_path_is_taken_for_a_plain_file_and_not_for_a_promoted_one(tmp_path
     assert [p._target is not None for p in projections] == [True, False]
 
 
+def test_identity_only_where_the_files_columns_already_are_the_tables(tmp_path: Path) -> None:
+    """A file whose columns are the projection's (names, order, types, field ids) is passed through as
+    read; one with the same columns in another order is relabelled; both equal PyIceberg's result."""
+    cache = ProjectionCache()
+    for name, schema in (("same", SAME), ("reordered", REORDERED)):
+        data_file = _write(tmp_path / f"{name}.parquet", schema, 10, 0)
+        got = list(
+            iter_data_file_batches(
+                PyArrowFileIO(),
+                data_file,
+                table_schema=TABLE,
+                spec=UNPARTITIONED_PARTITION_SPEC,
+                name_mapping=None,
+                format_version=2,
+                batch_size=4,
+                cache=cache,
+            )
+        )
+        for batch, reference in zip(got, _reference(data_file), strict=True):
+            assert batch.equals(reference)
+            assert batch.schema.equals(reference.schema, check_metadata=True)
+    projections = list(cache._projections.values())
+    assert [(p._target is not None, p._identity) for p in projections] == [(True, True), (True, False)]
+
+
+@pytest.mark.parametrize("claim", [9, 11])
+def test_a_file_whose_rows_differ_from_its_manifest_fails(tmp_path: Path, claim: int) -> None:
+    """The rows read are checked against the manifest's record_count, read whole or streamed alike."""
+    from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
+
+    written = _write(tmp_path / "f.parquet", SAME, rows=10, start=0)
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=written.file_path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=claim,
+        file_size_in_bytes=written.file_size_in_bytes,
+        spec_id=0,
+    )
+    with pytest.raises(DataFileReadError, match=f"holds 10 rows but its manifest entry says {claim}"):
+        list(
+            iter_data_file_batches(
+                PyArrowFileIO(),
+                data_file,
+                table_schema=TABLE,
+                spec=UNPARTITIONED_PARTITION_SPEC,
+                name_mapping=None,
+                format_version=2,
+                batch_size=4,
+            )
+        )
+
+
 def test_coalesce_keeps_rows_and_order_and_passes_large_batches() -> None:
     schema = pa.schema([pa.field("x", pa.int64())])
     sizes = [3, 3, 3, 20, 1, 2, 9, 4]
@@ -129,7 +190,7 @@ def test_coalesce_keeps_rows_and_order_and_passes_large_batches() -> None:
     assert list(coalesce_batches(iter([]), min_rows=8)) == []
 
 
-@pytest.mark.parametrize("claimed", ["exact", "understated"])
+@pytest.mark.parametrize("claimed", ["exact", "understated", "overstated"])
 def test_a_small_file_read_whole_gives_the_streamed_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, claimed: str
 ) -> None:
@@ -148,6 +209,16 @@ def test_a_small_file_read_whole_gives_the_streamed_rows(
             partition=Record(),
             record_count=data_file.record_count,
             file_size_in_bytes=size // 4,
+            spec_id=0,
+        )
+    elif claimed == "overstated":  # the file is read whole all the same
+        data_file = DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=data_file.file_path,
+            file_format=FileFormat.PARQUET,
+            partition=Record(),
+            record_count=data_file.record_count,
+            file_size_in_bytes=size * 2,
             spec_id=0,
         )
     got = list(
