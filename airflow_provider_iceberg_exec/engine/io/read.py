@@ -69,8 +69,10 @@ SMALL_FILE_BYTES = 1 << 20
 _AHEAD_WORKERS = 2
 _AHEAD_FILES = 32
 _AHEAD_STORED_BYTES = 4 * SMALL_FILE_BYTES
-#: Most consecutive small files one worker reads in one task.
+#: Most consecutive small files one worker reads in one task, and their most stored bytes: a run is
+#: handed out once all its files are read, so only tiny files, whose per-task cost counts, share one.
 _RUN_FILES = 8
+_RUN_BYTES = 64 * 1024
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -293,11 +295,12 @@ def read_files_ahead(
     A file of at most :data:`SMALL_FILE_BYTES` (``size_of``, its stored bytes) is read whole by one of
     :data:`_AHEAD_WORKERS` threads, up to :data:`_AHEAD_FILES` files and :data:`_AHEAD_STORED_BYTES`
     stored bytes ahead of the caller; a larger file is streamed by the caller when its turn comes.
-    Consecutive small files go to a worker in runs of up to :data:`_RUN_FILES` (one task and one hand-over
-    of the GIL a run, not a file: measured on 5,000 20-row files, a task a file cost 0.1 ms of CPU a file
-    over reading them on one thread). An error reading a file is raised when its turn comes, as a streamed
-    read would raise it (the files after it in its run are not read). Close the generator when stopping
-    early: pending reads are cancelled and the workers joined.
+    Consecutive small files go to a worker in runs of up to :data:`_RUN_FILES` files and
+    :data:`_RUN_BYTES` (one task and one hand-over of the GIL a run, not a file: measured on 5,000 20-row
+    files, a task a file cost 0.1 ms of CPU a file over reading them on one thread). An error reading a
+    file is raised when its turn comes, as a streamed read would raise it (the files after it in its run
+    are not read). Close the generator when stopping early: pending reads are cancelled and the workers
+    joined.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -350,7 +353,7 @@ class _Window(Generic[T, U]):
         ahead = self._ahead
         while not self._source.exhausted and len(ahead) < _AHEAD_FILES and self._bytes < _AHEAD_STORED_BYTES:
             run, large = self._source.take(
-                min(_RUN_FILES, _AHEAD_FILES - len(ahead)), _AHEAD_STORED_BYTES - self._bytes
+                min(_RUN_FILES, _AHEAD_FILES - len(ahead)), min(_RUN_BYTES, _AHEAD_STORED_BYTES - self._bytes)
             )
             if large is not None:
                 ahead.append((large, None, 0, 0))  # streamed on the caller's thread in its turn
@@ -382,7 +385,7 @@ class _Runs(Generic[T]):
 
     def take(self, most_files: int, most_bytes: int) -> tuple[list[tuple[T, int]], T | None]:
         """The next run of small files with their sizes (up to ``most_files``, and while under
-        ``most_bytes``), or, when the next file is large, no run and that file."""
+        ``most_bytes``: at least one file), or, when the next file is large, no run and that file."""
         run: list[tuple[T, int]] = []
         total = 0
         while len(run) < most_files and total < most_bytes:
