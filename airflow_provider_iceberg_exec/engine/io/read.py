@@ -69,10 +69,12 @@ SMALL_FILE_BYTES = 1 << 20
 _AHEAD_WORKERS = 2
 _AHEAD_FILES = 32
 _AHEAD_STORED_BYTES = 4 * SMALL_FILE_BYTES
-#: Most consecutive small files one worker reads in one task, and their most stored bytes: a run is
-#: handed out once all its files are read, so only tiny files, whose per-task cost counts, share one.
+#: A tiny file: one whose per-file costs outweigh its bytes. It is decoded in one call (not a call a
+#: batch: each call hands the GIL over and back, which the readers ahead contend for), and consecutive
+#: tiny files are read by one worker in one task, in runs of up to ``_RUN_FILES`` (a run is handed out
+#: once all its files are read).
+_TINY_FILE_BYTES = 64 * 1024
 _RUN_FILES = 8
-_RUN_BYTES = 64 * 1024
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -159,10 +161,12 @@ class _Projection:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         import pyarrow as pa
 
-        if self._target is not None and batch.schema.equals(self._source):
-            if self._identity:
+        if self._target is not None:
+            schema = batch.schema
+            if self._identity and schema.equals(self._target, check_metadata=True):
                 return batch
-            return pa.RecordBatch.from_arrays([batch.column(n) for n in self._names], schema=self._target)
+            if schema.equals(self._source):
+                return pa.RecordBatch.from_arrays([batch.column(n) for n in self._names], schema=self._target)
         projected = self._project(batch)
         if self._order is not None and self._target is None:
             self._learn(batch, projected)
@@ -271,9 +275,12 @@ def iter_data_file_batches(
         )
         read_rows = 0
         try:
-            for batch in parquet.iter_batches(
-                batch_size=batch_size, columns=project.columns, use_threads=False
-            ):
+            batches = (
+                parquet.read(columns=project.columns, use_threads=False).to_batches(max_chunksize=batch_size)
+                if isinstance(stream, pa.BufferReader) and stream.size() <= _TINY_FILE_BYTES
+                else parquet.iter_batches(batch_size=batch_size, columns=project.columns, use_threads=False)
+            )
+            for batch in batches:
                 start, read_rows = read_rows, read_rows + batch.num_rows
                 projected = project(batch)
                 yield projected if lineage is None else materialise_lineage(projected, start, lineage)
@@ -296,8 +303,8 @@ def read_files_ahead(
     :data:`_AHEAD_WORKERS` threads, up to :data:`_AHEAD_FILES` files and :data:`_AHEAD_STORED_BYTES`
     stored bytes ahead of the caller; a larger file is streamed by the caller when its turn comes.
     Consecutive small files go to a worker in runs of up to :data:`_RUN_FILES` files and
-    :data:`_RUN_BYTES` (one task and one hand-over of the GIL a run, not a file: measured on 5,000 20-row
-    files, a task a file cost 0.1 ms of CPU a file over reading them on one thread). An error reading a
+    :data:`_TINY_FILE_BYTES` (one task and one hand-over of the GIL a run, not a file: measured on 5,000
+    20-row files, a task a file cost 0.1 ms of CPU a file over reading them on one thread). An error reading a
     file is raised when its turn comes, as a streamed read would raise it (the files after it in its run
     are not read). Close the generator when stopping early: pending reads are cancelled and the workers
     joined.
@@ -353,7 +360,8 @@ class _Window(Generic[T, U]):
         ahead = self._ahead
         while not self._source.exhausted and len(ahead) < _AHEAD_FILES and self._bytes < _AHEAD_STORED_BYTES:
             run, large = self._source.take(
-                min(_RUN_FILES, _AHEAD_FILES - len(ahead)), min(_RUN_BYTES, _AHEAD_STORED_BYTES - self._bytes)
+                min(_RUN_FILES, _AHEAD_FILES - len(ahead)),
+                min(_TINY_FILE_BYTES, _AHEAD_STORED_BYTES - self._bytes),
             )
             if large is not None:
                 ahead.append((large, None, 0, 0))  # streamed on the caller's thread in its turn
