@@ -16,7 +16,6 @@ Every failure raises before anything is committed and leaves the table as it was
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -243,20 +242,10 @@ class BaseFiles:
 
 def _without_metrics(scanned: ScannedFile) -> ScannedFile:
     """``scanned`` with its data file's column metrics dropped (the file was just read: nothing shares it)."""
-    data_file = scanned.data_file
-    for position in _metric_positions():
-        data_file[position] = None
+    from airflow_provider_iceberg_exec.engine.meta.manifests import drop_metrics
+
+    drop_metrics(scanned.data_file)
     return scanned
-
-
-@functools.cache
-def _metric_positions() -> tuple[int, ...]:
-    """Where the column metrics sit in a DataFile (the same positions in the v2 and v3 layouts)."""
-    from pyiceberg.manifest import DATA_FILE_TYPE
-
-    names = [field.name for field in DATA_FILE_TYPE[2].fields]
-    metrics = ("column_sizes", "value_counts", "null_value_counts", "nan_value_counts")
-    return tuple(names.index(name) for name in (*metrics, "lower_bounds", "upper_bounds"))
 
 
 def _content_offset(delete_file: DataFile) -> int | None:
