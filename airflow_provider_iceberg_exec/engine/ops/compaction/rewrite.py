@@ -147,7 +147,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         options=task.get("options", {}),
         rewritten_data_files=[e["data-file"] for e in entries],
         added_data_files=[data_file_to_json(f, layout.spec, schema) for f in added],
-        applied_deletes={str(e["data-file"]["file-path"]): applied_deletes_of(e) for e in entries},
+        applied_deletes=_applied_deletes(entries),
         rewritten_bytes_count=rewritten_bytes,
         added_bytes_count=added_bytes,
         rewritten_records=expected_rows,
@@ -159,6 +159,19 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         spilled_bytes=stats.spilled_bytes,
         elapsed_seconds=round(stats.elapsed_seconds, 3),
     )
+
+
+def _applied_deletes(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A result's ``applied_deletes``: the files without deletes share one value per data sequence number
+    (a group of 500,000 small files held about 250 bytes a file in these copies)."""
+    shared: dict[int, dict[str, Any]] = {}
+    applied: dict[str, Any] = {}
+    for entry in entries:
+        value = applied_deletes_of(entry)
+        if not value["delete-files"]:
+            value = shared.setdefault(value["data-sequence-number"], value)
+        applied[str(entry["data-file"]["file-path"])] = value
+    return applied
 
 
 @dataclass(frozen=True)
