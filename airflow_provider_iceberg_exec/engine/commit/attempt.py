@@ -20,8 +20,8 @@ every head manifest that holds a file to remove, and one manifest per spec of th
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from pyiceberg.exceptions import ValidationException
 from pyiceberg.expressions import And, BooleanExpression, EqualTo, IsNull, Or, Reference
@@ -54,6 +54,7 @@ from airflow_provider_iceberg_exec.engine.commit.conflicts import validation_his
 from airflow_provider_iceberg_exec.engine.commit.dangling import delete_files_to_remove
 from airflow_provider_iceberg_exec.engine.commit.dvs import added_dvs, validate_added_dvs, validate_dv_targets
 from airflow_provider_iceberg_exec.engine.commit.idempotency import AlreadyCommittedError, find_commit
+from airflow_provider_iceberg_exec.engine.commit.summary import SummaryCounts
 from airflow_provider_iceberg_exec.engine.meta.manifests import drop_metrics, iter_manifest_entries
 from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
 
@@ -86,9 +87,9 @@ class Attempt:
     base: Snapshot | None
     carried: list[ManifestFile]
     rewrites: list[ManifestRewrite]
-    #: the live files this attempt removes, data and delete files, as the head's manifests list them,
-    #: without column metrics (the validation and the summary read none)
-    removed_files: list[DataFile] = field(default_factory=list)
+    #: the summary counts of the live files this attempt removes, data and delete files, as the head's
+    #: manifests list them (counted as they stream: no removed file is kept)
+    removed_counts: SummaryCounts
 
     def removed_entries(self, io: FileIO) -> Iterator[ManifestEntry]:
         """The live entries this attempt removes, read again from their manifests, metrics included."""
@@ -205,7 +206,7 @@ def _plan_attempt(
             and not change.removed_delete_files
         ):
             # Adding to a branch that had and still has no snapshot: nothing to validate.
-            return Attempt(metadata=metadata, base=None, carried=[], rewrites=[])
+            return Attempt(metadata, None, [], [], SummaryCounts(metadata))
         raise ValidationException(
             f"Cannot determine history between starting snapshot {change.base_snapshot_id} and the last "
             f"known ancestor None: branch {change.branch} has no snapshot"
@@ -214,23 +215,25 @@ def _plan_attempt(
     removed_deletes = delete_files_to_remove(io, metadata, head, base, change)
 
     # By identity: a DV by (path, offset, size), never by its Puffin path, which other DVs share.
-    removed_ids = {file_identity(f) for f in change.removed_data_files}
+    removed_data = {file_identity(f): f for f in change.removed_data_files}
     removed_delete_ids = {file_identity(f) for f in removed_deletes}
-    attempt = Attempt(metadata=metadata, base=base, carried=[], rewrites=[])
+    attempt = Attempt(metadata, base, [], [], SummaryCounts(metadata))
     manifests = read_manifest_list(io, head) if metadata.format_version >= 3 else head.manifests(io)
-    _split_manifests(
+    split = _split_manifests(
         attempt,
         io,
         manifests,
-        {ManifestContent.DATA: removed_ids, ManifestContent.DELETES: removed_delete_ids},
+        removed_data,
+        removed_delete_ids,
         {
             ManifestContent.DATA: _manifest_filter(metadata, change.removed_data_files),
             ManifestContent.DELETES: _manifest_filter(metadata, removed_deletes),
         },
     )
-    found = {file_identity(data_file) for data_file in attempt.removed_files}
-    if missing := (removed_ids | removed_delete_ids) - found:
-        raise ValidationException(f"Missing required files to delete: {some(sorted(m[0] for m in missing))}")
+    if split.missing:
+        raise ValidationException(
+            f"Missing required files to delete: {some(sorted(m[0] for m in split.missing))}"
+        )
 
     history = History(io=io, metadata=metadata, base=base, window=window)
     if dvs := added_dvs(change.added_deletes):
@@ -238,40 +241,73 @@ def _plan_attempt(
         validate_added_dvs(history, dvs)
         dv_files = [d.delete_file for d in dvs.values()]
         validate_dv_targets(io, manifests, _manifest_filter(metadata, dv_files), dvs, removed_delete_ids)
-    removed = [f for f in attempt.removed_files if f.content == DataFileContent.DATA]
     if window:
-        change.validate(change, history, removed)
+        change.validate(change, history, split.removed_data_files)
     return attempt
+
+
+@dataclass
+class _Split:
+    """What the pass over the head's manifests found of the files to remove."""
+
+    #: identities of files to remove that no live entry of the head lists
+    missing: set[FileIdentity]
+    #: the data files removed, for the operation's checks: the change's own, or the head's entry (without
+    #: metrics) where they differ in spec or partition, which the checks read
+    removed_data_files: list[DataFile]
 
 
 def _split_manifests(
     attempt: Attempt,
     io: FileIO,
     manifests: Sequence[ManifestFile],
-    ids_by_content: dict[ManifestContent, set[FileIdentity]],
+    removed_data: Mapping[FileIdentity, DataFile],
+    removed_delete_ids: Collection[FileIdentity],
     may_hold: dict[ManifestContent, Callable[[ManifestFile], bool]],
-) -> None:
+) -> _Split:
     """Sort the head's manifests into those carried as they are and those that hold a file to remove,
-    keeping each removed file without its metrics (:attr:`Attempt.removed_files`).
+    counting each removed file into :attr:`Attempt.removed_counts` as its manifest streams.
 
     On v3 the list is read in the v3 layout: carried manifests keep their ``first_row_id``, and the
     entries of a rewritten one carry the id they inherit.
     """
+    default_spec_id = attempt.metadata.default_spec_id
+    ids_by_content: dict[ManifestContent, Collection[FileIdentity]] = {
+        ManifestContent.DATA: removed_data.keys(),
+        ManifestContent.DELETES: removed_delete_ids,
+    }
+    split = _Split(missing={*removed_data, *removed_delete_ids}, removed_data_files=[])
     for manifest in manifests:
         ids = ids_by_content[manifest.content]
         if not ids or not may_hold[manifest.content](manifest):
             attempt.carried.append(manifest)
             continue
-        removed = [
-            drop_metrics(entry.data_file)
-            for entry in iter_manifest_entries(io, manifest, discard_deleted=True)
-            if file_identity(entry.data_file) in ids
-        ]
-        if removed:
+        removes = False
+        for entry in iter_manifest_entries(io, manifest, discard_deleted=True):
+            identity = file_identity(entry.data_file)
+            if identity not in ids:
+                continue
+            removes = True
+            split.missing.discard(identity)
+            data_file = entry.data_file
+            attempt.removed_counts.remove(data_file)
+            if data_file.content == DataFileContent.DATA:
+                own = removed_data.get(identity)
+                same = own is not None and _same_place(own, data_file, default_spec_id)
+                split.removed_data_files.append(own if same and own is not None else drop_metrics(data_file))
+        if removes:
             attempt.rewrites.append(ManifestRewrite(manifest, ids))
-            attempt.removed_files.extend(removed)
         else:
             attempt.carried.append(manifest)
+    return split
+
+
+def _same_place(claimed: DataFile, live: DataFile, default_spec_id: int) -> bool:
+    """Whether the change's file names the head entry's spec and partition (what the checks read)."""
+    try:
+        return spec_id_of(claimed, default_spec_id) == live.spec_id and claimed.partition == live.partition
+    except AttributeError:
+        return False
 
 
 def _copy_entry(entry: ManifestEntry, status: ManifestEntryStatus, snapshot_id: int | None) -> ManifestEntry:
