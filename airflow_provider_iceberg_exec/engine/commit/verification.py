@@ -176,9 +176,12 @@ class BaseFiles:
         elif only is not None:
             streamed = stream_data_files(table.io, table.metadata, snapshot, row_filter)
             self.live = {}
+            # Keyed by the caller's own path strings: the streamed ones go with their entries.
+            paths = {path: path for path in only}
             self._proofs = {
-                s.data_file.file_path: _Proof.of(s) for s in streamed if s.data_file.file_path in only
+                paths[s.data_file.file_path]: _Proof.of(s) for s in streamed if s.data_file.file_path in paths
             }
+            del paths
             self.missing = False
         else:
             files = scan_snapshot(table.io, table.metadata, snapshot, row_filter).data_files
