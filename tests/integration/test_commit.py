@@ -519,6 +519,50 @@ def test_new_equality_delete_fails_without_starting_sequence_number(catalog: Sql
         _commit(table, inputs, output, base_snapshot_id=base_id, use_starting_sequence_number=False)
 
 
+def test_a_rewritten_file_claimed_in_another_partition_is_still_checked_in_its_own(
+    catalog: SqlCatalog,
+) -> None:
+    """The commit checks the files it removes with the head's spec and partition when the caller's differ:
+    a file of partition "a" claimed as "b" still conflicts with a new equality delete in "a" (which
+    would otherwise no longer apply to its rows once rewritten with a new sequence number)."""
+    table = _create(catalog, partitioned=True)
+    # one manifest for both partitions: its summary cannot tell that the claimed "b" file is not there
+    table.append(pa.concat_tables([_rows(0, 10, "a"), _rows(10, 10, "b")]))
+    base_id = table.metadata.current_snapshot_id
+    in_a = [f for f in _live_files(table) if f.partition[0] == "a"]
+    forged = []
+    for data_file in in_a:
+        claimed = DataFile.from_args(
+            content=data_file.content,
+            file_path=data_file.file_path,
+            file_format=data_file.file_format,
+            partition=Record("b"),
+            record_count=data_file.record_count,
+            file_size_in_bytes=data_file.file_size_in_bytes,
+        )
+        claimed.spec_id = data_file.spec_id
+        forged.append(claimed)
+    output = _write_output(table, _read_files(table, in_a))
+    unscoped = _write_equality_deletes(table, "eq-a", [3])
+    delete = DataFile.from_args(
+        content=unscoped.content,
+        file_path=unscoped.file_path,
+        file_format=unscoped.file_format,
+        partition=Record("a"),
+        record_count=unscoped.record_count,
+        file_size_in_bytes=unscoped.file_size_in_bytes,
+        equality_ids=[1],
+    )
+    delete.spec_id = unscoped.spec_id
+    commit_delete_files(table, [delete])
+    location = table.metadata_location
+
+    with pytest.raises(CommitValidationError, match="Cannot commit, found new delete for replaced data file"):
+        _commit(table, forged, output, base_snapshot_id=base_id, use_starting_sequence_number=False)
+    table.refresh()
+    assert table.metadata_location == location
+
+
 def test_without_starting_sequence_number_added_files_get_the_new_sequence_number(
     catalog: SqlCatalog,
 ) -> None:

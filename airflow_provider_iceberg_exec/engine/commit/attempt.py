@@ -19,10 +19,9 @@ every head manifest that holds a file to remove, and one manifest per spec of th
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from pyiceberg.exceptions import ValidationException
 from pyiceberg.expressions import And, BooleanExpression, EqualTo, IsNull, Or, Reference
@@ -55,7 +54,8 @@ from airflow_provider_iceberg_exec.engine.commit.conflicts import validation_his
 from airflow_provider_iceberg_exec.engine.commit.dangling import delete_files_to_remove
 from airflow_provider_iceberg_exec.engine.commit.dvs import added_dvs, validate_added_dvs, validate_dv_targets
 from airflow_provider_iceberg_exec.engine.commit.idempotency import AlreadyCommittedError, find_commit
-from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
+from airflow_provider_iceberg_exec.engine.commit.summary import SummaryCounts
+from airflow_provider_iceberg_exec.engine.meta.manifests import drop_metrics, iter_manifest_entries
 from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
 
 __all__ = ["Attempt", "ManifestRewrite", "prepare_attempt"]
@@ -64,13 +64,19 @@ __all__ = ["Attempt", "ManifestRewrite", "prepare_attempt"]
 OpenWriter = Callable[[ManifestContent, int], ManifestWriter]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ManifestRewrite:
-    """A head manifest holding files to remove: its other live entries stay as EXISTING."""
+    """A head manifest holding files to remove: written again with them DELETED, its other live entries
+    EXISTING.
+
+    Its entries are not kept: manifests are immutable, so the manifest is read again when it is written,
+    and an attempt holds one manifest's entries at a time however many files it removes (a compaction of
+    500,000 small files held about 3.5 KB a file here).
+    """
 
     manifest: ManifestFile
-    kept: list[ManifestEntry] = field(default_factory=list)
-    removed: list[ManifestEntry] = field(default_factory=list)
+    #: the identities to remove (of the manifest's content)
+    removed_ids: Collection[FileIdentity]
 
 
 @dataclass
@@ -81,14 +87,19 @@ class Attempt:
     base: Snapshot | None
     carried: list[ManifestFile]
     rewrites: list[ManifestRewrite]
+    #: the summary counts of the live files this attempt removes, data and delete files, as the head's
+    #: manifests list them (counted as they stream: no removed file is kept)
+    removed_counts: SummaryCounts
 
-    @property
-    def removed_entries(self) -> Iterable[ManifestEntry]:
-        """The live entries this attempt removes, data and delete files."""
-        return itertools.chain.from_iterable(rewrite.removed for rewrite in self.rewrites)
+    def removed_entries(self, io: FileIO) -> Iterator[ManifestEntry]:
+        """The live entries this attempt removes, read again from their manifests, metrics included."""
+        for rewrite in self.rewrites:
+            for entry in iter_manifest_entries(io, rewrite.manifest, discard_deleted=True):
+                if file_identity(entry.data_file) in rewrite.removed_ids:
+                    yield entry
 
     def write_manifests(
-        self, change: FilesChange, snapshot_id: int, open_writer: OpenWriter
+        self, io: FileIO, change: FilesChange, snapshot_id: int, open_writer: OpenWriter
     ) -> list[ManifestFile]:
         """Write the added and the filtered manifests; return every manifest of the new snapshot."""
         metadata = self.metadata
@@ -121,13 +132,15 @@ class Attempt:
         manifests.extend(self._write_added_deletes(change, snapshot_id, open_writer))
 
         for rewrite in self.rewrites:
-            # Like Java's ManifestFilterManager: one filtered manifest per affected manifest, with
-            # both sequence numbers explicit on EXISTING and DELETED entries (spec requirement).
+            # Like Java's ManifestFilterManager: one filtered manifest per affected manifest, its live
+            # entries in their order, with both sequence numbers explicit on EXISTING and DELETED entries
+            # (spec requirement).
             with open_writer(rewrite.manifest.content, rewrite.manifest.partition_spec_id) as writer:
-                for entry in rewrite.kept:
-                    writer.add_entry(_copy_entry(entry, ManifestEntryStatus.EXISTING, entry.snapshot_id))
-                for entry in rewrite.removed:
-                    writer.add_entry(_copy_entry(entry, ManifestEntryStatus.DELETED, snapshot_id))
+                for entry in iter_manifest_entries(io, rewrite.manifest, discard_deleted=True):
+                    if file_identity(entry.data_file) in rewrite.removed_ids:
+                        writer.add_entry(_copy_entry(entry, ManifestEntryStatus.DELETED, snapshot_id))
+                    else:
+                        writer.add_entry(_copy_entry(entry, ManifestEntryStatus.EXISTING, entry.snapshot_id))
             manifests.append(writer.to_manifest_file())
 
         # Manifests without live files (only old DELETED entries) are dropped, as Java's producers do.
@@ -193,7 +206,7 @@ def _plan_attempt(
             and not change.removed_delete_files
         ):
             # Adding to a branch that had and still has no snapshot: nothing to validate.
-            return Attempt(metadata=metadata, base=None, carried=[], rewrites=[])
+            return Attempt(metadata, None, [], [], SummaryCounts(metadata))
         raise ValidationException(
             f"Cannot determine history between starting snapshot {change.base_snapshot_id} and the last "
             f"known ancestor None: branch {change.branch} has no snapshot"
@@ -202,23 +215,25 @@ def _plan_attempt(
     removed_deletes = delete_files_to_remove(io, metadata, head, base, change)
 
     # By identity: a DV by (path, offset, size), never by its Puffin path, which other DVs share.
-    removed_ids = {file_identity(f) for f in change.removed_data_files}
+    removed_data = {file_identity(f): f for f in change.removed_data_files}
     removed_delete_ids = {file_identity(f) for f in removed_deletes}
-    attempt = Attempt(metadata=metadata, base=base, carried=[], rewrites=[])
+    attempt = Attempt(metadata, base, [], [], SummaryCounts(metadata))
     manifests = read_manifest_list(io, head) if metadata.format_version >= 3 else head.manifests(io)
-    _split_manifests(
+    split = _split_manifests(
         attempt,
         io,
         manifests,
-        {ManifestContent.DATA: removed_ids, ManifestContent.DELETES: removed_delete_ids},
+        removed_data,
+        removed_delete_ids,
         {
             ManifestContent.DATA: _manifest_filter(metadata, change.removed_data_files),
             ManifestContent.DELETES: _manifest_filter(metadata, removed_deletes),
         },
     )
-    found = {file_identity(entry.data_file) for entry in attempt.removed_entries}
-    if missing := (removed_ids | removed_delete_ids) - found:
-        raise ValidationException(f"Missing required files to delete: {some(sorted(m[0] for m in missing))}")
+    if split.missing:
+        raise ValidationException(
+            f"Missing required files to delete: {some(sorted(m[0] for m in split.missing))}"
+        )
 
     history = History(io=io, metadata=metadata, base=base, window=window)
     if dvs := added_dvs(change.added_deletes):
@@ -226,36 +241,73 @@ def _plan_attempt(
         validate_added_dvs(history, dvs)
         dv_files = [d.delete_file for d in dvs.values()]
         validate_dv_targets(io, manifests, _manifest_filter(metadata, dv_files), dvs, removed_delete_ids)
-    removed = [e.data_file for e in attempt.removed_entries if e.data_file.content == DataFileContent.DATA]
     if window:
-        change.validate(change, history, removed)
+        change.validate(change, history, split.removed_data_files)
     return attempt
+
+
+@dataclass
+class _Split:
+    """What the pass over the head's manifests found of the files to remove."""
+
+    #: identities of files to remove that no live entry of the head lists
+    missing: set[FileIdentity]
+    #: the data files removed, for the operation's checks: the change's own, or the head's entry (without
+    #: metrics) where they differ in spec or partition, which the checks read
+    removed_data_files: list[DataFile]
 
 
 def _split_manifests(
     attempt: Attempt,
     io: FileIO,
     manifests: Sequence[ManifestFile],
-    ids_by_content: dict[ManifestContent, set[FileIdentity]],
+    removed_data: Mapping[FileIdentity, DataFile],
+    removed_delete_ids: Collection[FileIdentity],
     may_hold: dict[ManifestContent, Callable[[ManifestFile], bool]],
-) -> None:
-    """Sort the head's manifests into those carried as they are and those that hold a file to remove.
+) -> _Split:
+    """Sort the head's manifests into those carried as they are and those that hold a file to remove,
+    counting each removed file into :attr:`Attempt.removed_counts` as its manifest streams.
 
     On v3 the list is read in the v3 layout: carried manifests keep their ``first_row_id``, and the
     entries of a rewritten one carry the id they inherit.
     """
+    default_spec_id = attempt.metadata.default_spec_id
+    ids_by_content: dict[ManifestContent, Collection[FileIdentity]] = {
+        ManifestContent.DATA: removed_data.keys(),
+        ManifestContent.DELETES: removed_delete_ids,
+    }
+    split = _Split(missing={*removed_data, *removed_delete_ids}, removed_data_files=[])
     for manifest in manifests:
         ids = ids_by_content[manifest.content]
         if not ids or not may_hold[manifest.content](manifest):
             attempt.carried.append(manifest)
             continue
-        rewrite = ManifestRewrite(manifest)
-        for entry in read_manifest_entries(io, manifest, discard_deleted=True):
-            (rewrite.removed if file_identity(entry.data_file) in ids else rewrite.kept).append(entry)
-        if rewrite.removed:
-            attempt.rewrites.append(rewrite)
+        removes = False
+        for entry in iter_manifest_entries(io, manifest, discard_deleted=True):
+            identity = file_identity(entry.data_file)
+            if identity not in ids:
+                continue
+            removes = True
+            split.missing.discard(identity)
+            data_file = entry.data_file
+            attempt.removed_counts.remove(data_file)
+            if data_file.content == DataFileContent.DATA:
+                own = removed_data.get(identity)
+                same = own is not None and _same_place(own, data_file, default_spec_id)
+                split.removed_data_files.append(own if same and own is not None else drop_metrics(data_file))
+        if removes:
+            attempt.rewrites.append(ManifestRewrite(manifest, ids))
         else:
             attempt.carried.append(manifest)
+    return split
+
+
+def _same_place(claimed: DataFile, live: DataFile, default_spec_id: int) -> bool:
+    """Whether the change's file names the head entry's spec and partition (what the checks read)."""
+    try:
+        return spec_id_of(claimed, default_spec_id) == live.spec_id and claimed.partition == live.partition
+    except AttributeError:
+        return False
 
 
 def _copy_entry(entry: ManifestEntry, status: ManifestEntryStatus, snapshot_id: int | None) -> ManifestEntry:

@@ -75,7 +75,6 @@ from airflow_provider_iceberg_exec.engine.commit.manifest_attempt import (
     PlanManifests,
     prepare_manifests_attempt,
 )
-from airflow_provider_iceberg_exec.engine.commit.summary import snapshot_summary_properties
 from airflow_provider_iceberg_exec.engine.meta.manifests import new_manifest_writer
 from airflow_provider_iceberg_exec.engine.meta.row_ids import write_manifest_list_v3
 from airflow_provider_iceberg_exec.engine.meta.table_metadata import write_table_metadata
@@ -129,13 +128,16 @@ class FilesProducer(_SnapshotProducer["FilesProducer"]):
         return super()._commit()
 
     def _deleted_entries(self) -> list[ManifestEntry]:
-        return list(self._current_attempt().removed_entries)
+        # Unused (our _manifests and _summary replace its callers), but abstract in PyIceberg.
+        return list(self._current_attempt().removed_entries(self._io))
 
     def _existing_manifests(self) -> list[ManifestFile]:
         return list(self._current_attempt().carried)
 
     def _manifests(self) -> list[ManifestFile]:
-        return self._current_attempt().write_manifests(self._change, self._snapshot_id, self._new_writer)
+        return self._current_attempt().write_manifests(
+            self._io, self._change, self._snapshot_id, self._new_writer
+        )
 
     def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
         attempt = self._current_attempt()
@@ -145,12 +147,12 @@ class FilesProducer(_SnapshotProducer["FilesProducer"]):
             if self._parent_snapshot_id is not None
             else None
         )
-        properties = snapshot_summary_properties(
-            metadata,
-            added=self._change.added_files,
-            removed=[entry.data_file for entry in attempt.removed_entries],
-            previous=parent.summary.additional_properties if parent is not None and parent.summary else None,
-            snapshot_properties=snapshot_properties,
+        counts = attempt.removed_counts.copy()
+        for data_file in self._change.added_files:
+            counts.add(data_file)
+        properties = counts.properties(
+            parent.summary.additional_properties if parent is not None and parent.summary else None,
+            snapshot_properties,
         )
         return Summary(operation=self._operation, **properties)
 

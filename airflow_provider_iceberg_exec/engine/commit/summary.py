@@ -12,6 +12,7 @@ PyIceberg 0.12 counts a deletion vector as a position delete file of its Puffin'
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
@@ -48,7 +49,7 @@ from pyiceberg.typedef import EMPTY_DICT
 from airflow_provider_iceberg_exec.engine.commit.change import spec_id_of
 from airflow_provider_iceberg_exec.engine.deletes.vectors import content_size, is_deletion_vector
 
-__all__ = ["snapshot_summary_properties"]
+__all__ = ["SummaryCounts", "snapshot_summary_properties"]
 
 ADDED_DVS, REMOVED_DVS = "added-dvs", "removed-dvs"
 
@@ -83,33 +84,60 @@ def snapshot_summary_properties(
     :param previous: the parent snapshot's summary properties; ``None`` when there is no parent.
     :param snapshot_properties: extra properties, written over the counts, before the carried totals.
     """
-    schema = metadata.schema()
-    specs = metadata.specs()
-    limit = int(
-        metadata.properties.get(
-            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT,
-            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT,
-        )
-    )
-    collector = SnapshotSummaryCollector(partition_summary_limit=limit)
-    collector.metrics = _Metrics()
-    collector.partition_metrics = defaultdict(_Metrics)
-    changed_partitions: set[str] = set()
+    counts = SummaryCounts(metadata)
     for data_file in added:
-        spec = specs[spec_id_of(data_file, metadata.default_spec_id)]
-        collector.add_file(data_file, schema=schema, partition_spec=spec)
-        changed_partitions.add(_partition_path(spec, data_file, schema))
+        counts.add(data_file)
     for data_file in removed:
-        spec = specs[spec_id_of(data_file, metadata.default_spec_id)]
-        collector.remove_file(data_file, schema=schema, partition_spec=spec)
-        changed_partitions.add(_partition_path(spec, data_file, schema))
+        counts.remove(data_file)
+    return counts.properties(previous, snapshot_properties)
 
-    properties = collector.build()
-    # Java counts the unpartitioned "partition" too (key ""), PyIceberg's collector does not.
-    properties[CHANGED_PARTITION_COUNT_PROP] = str(len(changed_partitions))
-    properties.update(snapshot_properties)
-    _add_totals(properties, previous)
-    return properties
+
+class SummaryCounts:
+    """The counts of :func:`snapshot_summary_properties`, taken one file at a time: a commit counts the
+    files it removes as it streams their manifests, and keeps none of them."""
+
+    def __init__(self, metadata: TableMetadata) -> None:
+        self._schema = metadata.schema()
+        self._specs = metadata.specs()
+        self._default_spec_id = metadata.default_spec_id
+        limit = int(
+            metadata.properties.get(
+                TableProperties.WRITE_PARTITION_SUMMARY_LIMIT,
+                TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT,
+            )
+        )
+        self._collector = SnapshotSummaryCollector(partition_summary_limit=limit)
+        self._collector.metrics = _Metrics()
+        self._collector.partition_metrics = defaultdict(_Metrics)
+        self._changed_partitions: set[str] = set()
+
+    def add(self, data_file: DataFile) -> None:
+        spec = self._specs[spec_id_of(data_file, self._default_spec_id)]
+        self._collector.add_file(data_file, schema=self._schema, partition_spec=spec)
+        self._changed_partitions.add(_partition_path(spec, data_file, self._schema))
+
+    def remove(self, data_file: DataFile) -> None:
+        spec = self._specs[spec_id_of(data_file, self._default_spec_id)]
+        self._collector.remove_file(data_file, schema=self._schema, partition_spec=spec)
+        self._changed_partitions.add(_partition_path(spec, data_file, self._schema))
+
+    def copy(self) -> SummaryCounts:
+        """An independent copy (an attempt's removed files, to which each summary adds the added ones)."""
+        twin = copy.copy(self)
+        twin._collector = copy.deepcopy(self._collector)
+        twin._changed_partitions = set(self._changed_partitions)
+        return twin
+
+    def properties(
+        self, previous: Mapping[str, str] | None, snapshot_properties: Mapping[str, str] = EMPTY_DICT
+    ) -> dict[str, str]:
+        """The summary properties; see :func:`snapshot_summary_properties`."""
+        properties = self._collector.build()
+        # Java counts the unpartitioned "partition" too (key ""), PyIceberg's collector does not.
+        properties[CHANGED_PARTITION_COUNT_PROP] = str(len(self._changed_partitions))
+        properties.update(snapshot_properties)
+        _add_totals(properties, previous)
+        return properties
 
 
 def _add_totals(properties: dict[str, str], previous: Mapping[str, str] | None) -> None:

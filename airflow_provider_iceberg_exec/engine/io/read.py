@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
@@ -295,7 +295,7 @@ def iter_data_file_batches(
 
 
 def read_files_ahead(
-    files: Sequence[T], read: Callable[[T], Iterator[U]], size_of: Callable[[T], int]
+    files: Iterable[T], read: Callable[[T], Iterator[U]], size_of: Callable[[T], int]
 ) -> Generator[Iterator[U], None, None]:
     """One batch iterator per file of ``files``, in their order: ``read(file)``.
 
@@ -385,7 +385,7 @@ class _Window(Generic[T, U]):
 class _Runs(Generic[T]):
     """``files`` in order, taken as runs of consecutive small files or one large file at a time."""
 
-    def __init__(self, files: Sequence[T], size_of: Callable[[T], int]) -> None:
+    def __init__(self, files: Iterable[T], size_of: Callable[[T], int]) -> None:
         self._files = iter(files)
         self._size_of = size_of
         self._held: object = _DONE  # a large file met while taking a run: the next take's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import uuid
 from collections.abc import Mapping
@@ -10,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, uris_of
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import (
-    CompactionPlan,
     CompactionResult,
     PlanSummary,
     RewriteResult,
+    RewriteTask,
 )
 from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError, IcebergExecError
 from airflow_provider_iceberg_exec.engine.ops.compaction.commit import commit_compaction, landed_result
@@ -74,12 +75,20 @@ def compact(
         only_files_with_equality_deletes=only_files_with_equality_deletes,
     )
     resolved = CompactionOptions.from_options(plan["options"])
+    summary = PlanSummary(
+        base_snapshot_id=plan["base_snapshot_id"], groups=len(plan["tasks"]), skipped=len(plan["skipped"])
+    )
+    files = sum(len(task["data_files"]) for task in plan["tasks"])
+    input_bytes = sum(
+        int(e["data-file"]["file-size-in-bytes"]) for t in plan["tasks"] for e in t["data_files"]
+    )
+    # Each task is let go once rewritten: its result keeps only what the commit reads.
+    tasks = collections.deque(plan["tasks"])
+    del plan
     results: list[RewriteResult] = []
-    inputs = [entry["data-file"] for task in plan["tasks"] for entry in task["data_files"]]
-    input_bytes = sum(int(f["file-size-in-bytes"]) for f in inputs)
     try:
-        with track("compaction", files_total=len(inputs), bytes_total=input_bytes):
-            failed_files = _rewrite_groups(table, plan, limits, resolved, results)
+        with track("compaction", files_total=files, bytes_total=input_bytes):
+            failed_files = _rewrite_groups(table, tasks, limits, resolved, results)
         outcome = commit_compaction(
             table, results, commit_id=commit_id or uuid.uuid4().hex, failed_data_files_count=failed_files
         )
@@ -90,26 +99,27 @@ def compact(
         written = [uri for done in results for uri in uris_of(done["added_data_files"])]
         delete_unreferenced(table, written, what="output of a failed compaction")
         raise
-    outcome["plan"] = PlanSummary(
-        base_snapshot_id=plan["base_snapshot_id"], groups=len(plan["tasks"]), skipped=len(plan["skipped"])
-    )
+    outcome["plan"] = summary
     return outcome
 
 
 def _rewrite_groups(
     table: Table,
-    plan: CompactionPlan,
+    tasks: collections.deque[RewriteTask],
     limits: ResourceLimits,
     resolved: CompactionOptions,
     results: list[RewriteResult],
 ) -> int:
-    """Rewrite the plan's groups one after another into ``results``; return the files of failed groups."""
+    """Rewrite the groups one after another into ``results``, taking each task off ``tasks``; return the
+    files of failed groups."""
     failed_files = 0
-    for number, task in enumerate(plan["tasks"], start=1):
+    groups = len(tasks)
+    for number in range(1, groups + 1):
+        task = tasks.popleft()
         log.info(
             "rewriting group %d of %d (%s, %d files)",
             number,
-            len(plan["tasks"]),
+            groups,
             task["group_id"],
             len(task["data_files"]),
         )
