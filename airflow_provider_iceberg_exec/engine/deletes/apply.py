@@ -9,7 +9,8 @@ module streams each data file and turns its deletes into the rows to keep:
 - equality deletes whose keys the bucket transform hashes and whose delete rows fit
   :data:`HELD_SHARE` of the memory limit are held in memory (:class:`~.keysets.DeleteKeys`) and
   matched while the data file streams, on its own key columns: one read of each data file
-  (:func:`_held_kinds`);
+  (:func:`_held_kinds`); over that share, when only their key hashes fit it, they are mapped from disk
+  in key-hash order (:mod:`.mapped`) and matched the same way;
 - the positions other equality deletes match come first from the narrow, bounded join of
   :mod:`.matches` (key columns only, spilling) and are dropped by running position too.
 """
