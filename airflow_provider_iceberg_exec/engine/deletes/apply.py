@@ -52,6 +52,7 @@ from airflow_provider_iceberg_exec.engine.io.read import (
     read_batch_rows,
     read_files_ahead,
 )
+from airflow_provider_iceberg_exec.engine.io.session import release_memory
 from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile
 from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker
@@ -425,6 +426,8 @@ def _map(
         seq_column=seq_column,
         part_column=part_column,
     )
+    # Sorting the ranges peaked at a few times a range: hand that back before the data streams.
+    release_memory()
     if mapped is None:
         return None, 0
     return (mapped, mapped.hashes), mapped_bytes(len(mapped))

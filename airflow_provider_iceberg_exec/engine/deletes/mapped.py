@@ -89,7 +89,8 @@ class MappedDeleteKeys:
         self._chunks = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         self._spans = [_span(chunk, view.address, len(keys)) for chunk in self._chunks]
         self._starts = np.cumsum([0, *(c.num_rows for c in self._chunks)]).astype(np.int64)
-        rows = np.frombuffer(self._map(rows_path), dtype=np.dtype(_ROW_DTYPE))
+        self._rows_map = self._map(rows_path)
+        rows = np.frombuffer(self._rows_map, dtype=np.dtype(_ROW_DTYPE))
         self._seqs, self._parts = rows["seq"], rows["part"]
         if not (len(rows) == len(hashes) == self._starts[-1]):
             raise ValueError("mapped delete rows, their hashes and their keys differ in length")
@@ -161,6 +162,7 @@ class MappedDeleteKeys:
         possible = self._seqs[at] > sequence_numbers[rows]
         if not self._global:
             possible &= self._parts[at] == partitions[rows]
+        self._drop(self._rows_map, (0, len(self._rows_map)))
         rows, at = rows[possible], at[possible]
         if not len(rows):
             return
@@ -179,12 +181,13 @@ class MappedDeleteKeys:
             deleted[offset + rows[start:end][equal]] = True
             # The kernel maps up to 64 KiB around each page a comparison faulted in: a probe touching
             # every chunk would hold the whole file; dropped chunk by chunk, it holds about one.
-            self._drop(self._spans[int(chunk[start])])
+            self._drop(self._keys_map, self._spans[int(chunk[start])])
 
-    def _drop(self, span: tuple[int, int]) -> None:
+    def _drop(self, mapped: mmap.mmap, span: tuple[int, int]) -> None:
+        """Drop the pages of ``span`` (start, end) of ``mapped`` from the process."""
         with self._lock:
-            if not self._keys_map.closed and span[1] > span[0]:
-                self._keys_map.madvise(mmap.MADV_DONTNEED, span[0], span[1] - span[0])
+            if not mapped.closed and span[1] > span[0]:
+                mapped.madvise(mmap.MADV_DONTNEED, span[0], span[1] - span[0])
 
     def _release(self) -> None:
         """Drop the mapped pages from the process (the page cache keeps them): memory stays flat."""
