@@ -35,6 +35,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes import apply
+from airflow_provider_iceberg_exec.engine.deletes.mapped import map_delete_keys
 from airflow_provider_iceberg_exec.engine.deletes.vectors import decode_deletion_vector
 from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction
@@ -63,7 +64,7 @@ def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     if request.param == "joined":
         monkeypatch.setattr(apply, "MAPPED_SHARE", 0)
     mapped = []
-    real = apply.map_delete_keys
+    real = map_delete_keys
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         mapped.append(kwargs["directory"])
