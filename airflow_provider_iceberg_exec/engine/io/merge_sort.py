@@ -195,9 +195,10 @@ def sorted_lanes(
             ]
         yield streams
         log.debug(
-            "sorted %d runs in %d lanes; %d extra merge passes re-merged %d bytes",
+            "sorted %d runs in %d lanes (%d bytes of key ranges cut again); %d extra merge passes re-merged %d bytes",
             stats.runs,
             stats.lanes,
+            stats.recut_bytes,
             stats.merge_passes,
             stats.remerged_bytes,
         )
