@@ -12,8 +12,10 @@ one run never touch the disk.
 
 :func:`sorted_lanes` hands the sorted rows out as several streams of disjoint key ranges, each merged
 and finished on its own, for a writer each: every run is cut as it is spilled at splitters taken from
-the first run (sorted with the run's rows, so the cut follows the sort's own order), and the key ranges
-are dealt to the lanes by their bytes.
+the first run (sorted with the run's rows, so the cut follows the sort's own order), one range per lane.
+After the last run, a range the first run misjudged (input whose first run is unlike the rest) is cut
+again at splitters sampled from every run's piece of it, until the lanes are within 10 % of their share;
+the key ranges are dealt to the lanes by their bytes.
 
 Both sides order rows the same way: DataFusion compares floating-point values by their total order
 (``-NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN``), so PyArrow sorts a floating-point key by an
@@ -161,8 +163,9 @@ def sorted_lanes(
     consumed on a thread of its own; consume or close them all before leaving the ``with``.
 
     The sorting happens on entry. With more than one lane, every run is cut into key ranges as it is
-    spilled (:data:`_RANGES_PER_LANE` per lane, at splitters sampled from the first run), and the ranges
-    are dealt to the lanes in contiguous groups of about equal bytes. The lanes share the plan's fan-in.
+    spilled (:data:`_RANGES_PER_LANE` per lane, at splitters sampled from the first run), ranges too heavy
+    to deal evenly are cut again from every run's sample (:func:`_balanced`), and the ranges are dealt to
+    the lanes in contiguous groups of about equal bytes. The lanes share the plan's fan-in.
     """
     plan = plan or merge_plan(limits)
     stats = stats if stats is not None else SortStats()
