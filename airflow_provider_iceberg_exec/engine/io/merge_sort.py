@@ -198,7 +198,8 @@ def sorted_lanes(
             ]
         yield streams
         log.debug(
-            "sorted %d runs in %d lanes (%d bytes of key ranges cut again); %d extra merge passes re-merged %d bytes",
+            "sorted %d runs in %d lanes (%d bytes of key ranges cut again); %d extra merge passes "
+            "re-merged %d bytes",
             stats.runs,
             stats.lanes,
             stats.recut_bytes,

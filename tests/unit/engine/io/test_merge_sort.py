@@ -17,6 +17,7 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.io.merge_sort import (
     MergePlan,
     SortColumn,
+    SortStats,
     external_sort,
     sorted_lanes,
 )
@@ -439,10 +440,10 @@ def test_stats_count_the_runs_and_the_passes_that_merge_again(
         assert stats.remerged_bytes < stats.spilled_bytes * stats.merge_passes
 
 
-def _lanes_with_stats(table: pa.Table, order: list[SortColumn], spill_dir: Path, lanes: int = 2):
+def _lanes_with_stats(
+    table: pa.Table, order: list[SortColumn], spill_dir: Path, lanes: int = 2
+) -> tuple[list[pa.Table], SortStats]:
     from concurrent.futures import ThreadPoolExecutor
-
-    from airflow_provider_iceberg_exec.engine.io.merge_sort import SortStats
 
     stats = SortStats()
     with (
@@ -484,8 +485,8 @@ def test_a_first_run_unlike_the_rest_is_cut_again_from_every_run(tmp_path: Path,
     out, stats = _lanes_with_stats(table, order, tmp_path / "spill", lanes)
     assert stats.recut_bytes > 0
     assert len(out) == lanes
-    rows = [lane.num_rows for lane in out]
-    assert max(rows) < 1.35 * count / lanes, rows
+    sizes = [lane.num_rows for lane in out]
+    assert max(sizes) < 1.35 * count / lanes, sizes
     joined = pa.concat_tables(out)
     assert sorted(joined.column("id").to_pylist()) == list(range(count))
     expected = (
