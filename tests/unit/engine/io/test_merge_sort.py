@@ -460,7 +460,7 @@ def _lanes_with_stats(
         ) as streams,
         ThreadPoolExecutor(max_workers=max(1, len(streams))) as pool,
     ):
-        out = [pa.Table.from_batches(list(rows), schema=table.schema) for rows in pool.map(list, streams)]
+        out = [pa.Table.from_batches(batches, schema=table.schema) for batches in pool.map(list, streams)]
     return out, stats
 
 
