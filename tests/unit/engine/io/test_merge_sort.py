@@ -460,7 +460,8 @@ def _lanes_with_stats(
         ) as streams,
         ThreadPoolExecutor(max_workers=max(1, len(streams))) as pool,
     ):
-        out = [pa.Table.from_batches(batches, schema=table.schema) for batches in pool.map(list, streams)]
+        lanes_rows: list[list[pa.RecordBatch]] = list(pool.map(list, streams))
+    out = [pa.Table.from_batches(batches, schema=table.schema) for batches in lanes_rows]
     return out, stats
 
 
