@@ -16,6 +16,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
+from airflow_provider_iceberg_exec.engine.documents import applied_deletes_of
 from airflow_provider_iceberg_exec.engine.meta import scan as scan_module
 from airflow_provider_iceberg_exec.engine.meta.scan import scan_snapshot, stream_data_files
 from airflow_provider_iceberg_exec.engine.meta.task_files import scanned_to_json
@@ -179,24 +180,28 @@ def test_commit_base_keeps_only_the_removed_files_and_still_proves_them(
     snapshot = table.current_snapshot()
     assert snapshot is not None
     everything = BaseFiles(table, snapshot.snapshot_id)
-    removed_path = sorted(everything.live)[0]
     gone = DataFile.from_args(
         content=DataFileContent.DATA,
-        file_path=f"{removed_path}.not-there",
+        file_path=f"{sorted(everything.live)[0]}.not-there",
         file_format=FileFormat.PARQUET,
         partition=Record(),
         record_count=6,
         file_size_in_bytes=10,
     )
 
-    lean = BaseFiles(table, snapshot.snapshot_id, only={removed_path, gone.file_path})
+    removed, other = sorted(everything.live)[:2]
+    lean = BaseFiles(table, snapshot.snapshot_id, only={removed, gone.file_path})
 
-    assert list(lean.live) == [removed_path]
-    kept, full = lean.live[removed_path], everything.live[removed_path]
-    assert (kept.data_sequence_number, kept.delete_files) == (full.data_sequence_number, full.delete_files)
-    assert kept.data_file.record_count == full.data_file.record_count
-    assert full.data_file.lower_bounds
-    assert kept.data_file.lower_bounds is None
-    assert kept.data_file.column_sizes is None
+    # The lean proof answers as the full one for the files it kept, with no DataFile of the table held.
+    entry = scanned_to_json(everything.live[removed], table.metadata.specs(), table.metadata.schema())
+    applied = {removed: applied_deletes_of(entry)}
+    assert applied[removed]["delete-files"], "the file has deletes applied: the check compares them"
+    claimed = everything.live[removed].data_file
+    assert lean.check_removed([claimed], applied) == everything.check_removed([claimed], applied)
+    assert lean.live == {}
+    assert not any(isinstance(v, DataFile) for proof in lean._proofs.values() for v in proof)  # type: ignore[union-attr]
+    # A file live in the base but not among those kept, and one the base does not have, are refused.
+    with pytest.raises(DataFileCodecError, match="was not live in base snapshot"):
+        lean.check_removed([everything.live[other].data_file], {other: applied[removed]})
     with pytest.raises(DataFileCodecError, match="was not live in base snapshot"):
         lean.check_removed([gone], {})

@@ -19,9 +19,8 @@ every head manifest that holds a file to remove, and one manifest per spec of th
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from pyiceberg.exceptions import ValidationException
@@ -55,7 +54,7 @@ from airflow_provider_iceberg_exec.engine.commit.conflicts import validation_his
 from airflow_provider_iceberg_exec.engine.commit.dangling import delete_files_to_remove
 from airflow_provider_iceberg_exec.engine.commit.dvs import added_dvs, validate_added_dvs, validate_dv_targets
 from airflow_provider_iceberg_exec.engine.commit.idempotency import AlreadyCommittedError, find_commit
-from airflow_provider_iceberg_exec.engine.meta.manifests import read_manifest_entries
+from airflow_provider_iceberg_exec.engine.meta.manifests import drop_metrics, iter_manifest_entries
 from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
 
 __all__ = ["Attempt", "ManifestRewrite", "prepare_attempt"]
@@ -64,13 +63,19 @@ __all__ = ["Attempt", "ManifestRewrite", "prepare_attempt"]
 OpenWriter = Callable[[ManifestContent, int], ManifestWriter]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ManifestRewrite:
-    """A head manifest holding files to remove: its other live entries stay as EXISTING."""
+    """A head manifest holding files to remove: written again with them DELETED, its other live entries
+    EXISTING.
+
+    Its entries are not kept: manifests are immutable, so the manifest is read again when it is written,
+    and an attempt holds one manifest's entries at a time however many files it removes (a compaction of
+    500,000 small files held about 3.5 KB a file here).
+    """
 
     manifest: ManifestFile
-    kept: list[ManifestEntry] = field(default_factory=list)
-    removed: list[ManifestEntry] = field(default_factory=list)
+    #: the identities to remove (of the manifest's content)
+    removed_ids: Collection[FileIdentity]
 
 
 @dataclass
@@ -81,14 +86,19 @@ class Attempt:
     base: Snapshot | None
     carried: list[ManifestFile]
     rewrites: list[ManifestRewrite]
+    #: the live files this attempt removes, data and delete files, as the head's manifests list them,
+    #: without column metrics (the validation and the summary read none)
+    removed_files: list[DataFile] = field(default_factory=list)
 
-    @property
-    def removed_entries(self) -> Iterable[ManifestEntry]:
-        """The live entries this attempt removes, data and delete files."""
-        return itertools.chain.from_iterable(rewrite.removed for rewrite in self.rewrites)
+    def removed_entries(self, io: FileIO) -> Iterator[ManifestEntry]:
+        """The live entries this attempt removes, read again from their manifests, metrics included."""
+        for rewrite in self.rewrites:
+            for entry in iter_manifest_entries(io, rewrite.manifest, discard_deleted=True):
+                if file_identity(entry.data_file) in rewrite.removed_ids:
+                    yield entry
 
     def write_manifests(
-        self, change: FilesChange, snapshot_id: int, open_writer: OpenWriter
+        self, io: FileIO, change: FilesChange, snapshot_id: int, open_writer: OpenWriter
     ) -> list[ManifestFile]:
         """Write the added and the filtered manifests; return every manifest of the new snapshot."""
         metadata = self.metadata
@@ -121,13 +131,15 @@ class Attempt:
         manifests.extend(self._write_added_deletes(change, snapshot_id, open_writer))
 
         for rewrite in self.rewrites:
-            # Like Java's ManifestFilterManager: one filtered manifest per affected manifest, with
-            # both sequence numbers explicit on EXISTING and DELETED entries (spec requirement).
+            # Like Java's ManifestFilterManager: one filtered manifest per affected manifest, its live
+            # entries in their order, with both sequence numbers explicit on EXISTING and DELETED entries
+            # (spec requirement).
             with open_writer(rewrite.manifest.content, rewrite.manifest.partition_spec_id) as writer:
-                for entry in rewrite.kept:
-                    writer.add_entry(_copy_entry(entry, ManifestEntryStatus.EXISTING, entry.snapshot_id))
-                for entry in rewrite.removed:
-                    writer.add_entry(_copy_entry(entry, ManifestEntryStatus.DELETED, snapshot_id))
+                for entry in iter_manifest_entries(io, rewrite.manifest, discard_deleted=True):
+                    if file_identity(entry.data_file) in rewrite.removed_ids:
+                        writer.add_entry(_copy_entry(entry, ManifestEntryStatus.DELETED, snapshot_id))
+                    else:
+                        writer.add_entry(_copy_entry(entry, ManifestEntryStatus.EXISTING, entry.snapshot_id))
             manifests.append(writer.to_manifest_file())
 
         # Manifests without live files (only old DELETED entries) are dropped, as Java's producers do.
@@ -216,7 +228,7 @@ def _plan_attempt(
             ManifestContent.DELETES: _manifest_filter(metadata, removed_deletes),
         },
     )
-    found = {file_identity(entry.data_file) for entry in attempt.removed_entries}
+    found = {file_identity(data_file) for data_file in attempt.removed_files}
     if missing := (removed_ids | removed_delete_ids) - found:
         raise ValidationException(f"Missing required files to delete: {some(sorted(m[0] for m in missing))}")
 
@@ -226,7 +238,7 @@ def _plan_attempt(
         validate_added_dvs(history, dvs)
         dv_files = [d.delete_file for d in dvs.values()]
         validate_dv_targets(io, manifests, _manifest_filter(metadata, dv_files), dvs, removed_delete_ids)
-    removed = [e.data_file for e in attempt.removed_entries if e.data_file.content == DataFileContent.DATA]
+    removed = [f for f in attempt.removed_files if f.content == DataFileContent.DATA]
     if window:
         change.validate(change, history, removed)
     return attempt
@@ -239,7 +251,8 @@ def _split_manifests(
     ids_by_content: dict[ManifestContent, set[FileIdentity]],
     may_hold: dict[ManifestContent, Callable[[ManifestFile], bool]],
 ) -> None:
-    """Sort the head's manifests into those carried as they are and those that hold a file to remove.
+    """Sort the head's manifests into those carried as they are and those that hold a file to remove,
+    keeping each removed file without its metrics (:attr:`Attempt.removed_files`).
 
     On v3 the list is read in the v3 layout: carried manifests keep their ``first_row_id``, and the
     entries of a rewritten one carry the id they inherit.
@@ -249,11 +262,14 @@ def _split_manifests(
         if not ids or not may_hold[manifest.content](manifest):
             attempt.carried.append(manifest)
             continue
-        rewrite = ManifestRewrite(manifest)
-        for entry in read_manifest_entries(io, manifest, discard_deleted=True):
-            (rewrite.removed if file_identity(entry.data_file) in ids else rewrite.kept).append(entry)
-        if rewrite.removed:
-            attempt.rewrites.append(rewrite)
+        removed = [
+            drop_metrics(entry.data_file)
+            for entry in iter_manifest_entries(io, manifest, discard_deleted=True)
+            if file_identity(entry.data_file) in ids
+        ]
+        if removed:
+            attempt.rewrites.append(ManifestRewrite(manifest, ids))
+            attempt.removed_files.extend(removed)
         else:
             attempt.carried.append(manifest)
 

@@ -129,13 +129,16 @@ class FilesProducer(_SnapshotProducer["FilesProducer"]):
         return super()._commit()
 
     def _deleted_entries(self) -> list[ManifestEntry]:
-        return list(self._current_attempt().removed_entries)
+        # Unused (our _manifests and _summary replace its callers), but abstract in PyIceberg.
+        return list(self._current_attempt().removed_entries(self._io))
 
     def _existing_manifests(self) -> list[ManifestFile]:
         return list(self._current_attempt().carried)
 
     def _manifests(self) -> list[ManifestFile]:
-        return self._current_attempt().write_manifests(self._change, self._snapshot_id, self._new_writer)
+        return self._current_attempt().write_manifests(
+            self._io, self._change, self._snapshot_id, self._new_writer
+        )
 
     def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
         attempt = self._current_attempt()
@@ -148,7 +151,7 @@ class FilesProducer(_SnapshotProducer["FilesProducer"]):
         properties = snapshot_summary_properties(
             metadata,
             added=self._change.added_files,
-            removed=[entry.data_file for entry in attempt.removed_entries],
+            removed=attempt.removed_files,
             previous=parent.summary.additional_properties if parent is not None and parent.summary else None,
             snapshot_properties=snapshot_properties,
         )

@@ -16,6 +16,7 @@ module streams each data file and turns its deletes into the rows to keep:
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -147,10 +148,20 @@ def iter_live_group_batches(
 
     no_positions = np.empty(0, dtype=np.int64)
     # Small files are read whole on worker threads ahead of this one (their held equality deletes
-    # matched there too); each still comes in file order.
-    streams = read_files_ahead(list(enumerate(files)), read, lambda job: job[1].data_file.file_size_in_bytes)
+    # matched there too); each still comes in file order. ``files`` is passed over once (a task's files
+    # are decoded each time they are asked for, :class:`.TaskFiles`): each file the reader takes is queued
+    # here, and its stream comes back in the same order.
+    taken: collections.deque[ScannedFile] = collections.deque()
+
+    def jobs() -> Iterator[tuple[int, ScannedFile]]:
+        for job in enumerate(files):
+            taken.append(job[1])
+            yield job
+
+    streams = read_files_ahead(jobs(), read, lambda job: job[1].data_file.file_size_in_bytes)
     try:
-        for ordinal, (scanned, batches) in enumerate(zip(files, streams, strict=True)):
+        for ordinal, batches in enumerate(streams):
+            scanned = taken.popleft()
             positions = deleted_positions(io, scanned) if scanned.delete_files else no_positions
             yield from _drop_positions(batches, positions, matches.of(ordinal), stats)
             progress.advance(files=1, bytes_done=scanned.data_file.file_size_in_bytes)

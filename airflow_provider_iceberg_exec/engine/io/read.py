@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, DataFileReadError
@@ -273,7 +273,7 @@ def iter_data_file_batches(
 
 
 def read_files_ahead(
-    files: Sequence[T], read: Callable[[T], Iterator[U]], size_of: Callable[[T], int]
+    files: Iterable[T], read: Callable[[T], Iterator[U]], size_of: Callable[[T], int]
 ) -> Generator[Iterator[U], None, None]:
     """One batch iterator per file of ``files``, in their order: ``read(file)``.
 

@@ -62,6 +62,7 @@ from airflow_provider_iceberg_exec.engine.meta.row_ids import (
 
 __all__ = [
     "REFERENCED_DATA_FILE_FIELD_ID",
+    "drop_metrics",
     "iter_manifest_entries",
     "new_manifest_writer",
     "read_manifest_entries",
@@ -156,17 +157,31 @@ def read_manifest_entries(
     :param discard_deleted: drop entries with status DELETED.
     :returns: the entries, in file order.
     """
-    with AvroFile[ManifestEntry](
-        io.new_input(manifest.manifest_path),
-        MANIFEST_ENTRY_SCHEMAS[_RECORD_VERSION],
-        read_types={-1: ManifestEntry, 2: DataFile},
-        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
-    ) as reader:
-        return [
-            inherit_from_manifest(entry, manifest)
-            for entry in inherit_first_row_ids(reader, manifest)
-            if not discard_deleted or entry.status != ManifestEntryStatus.DELETED
-        ]
+    return list(iter_manifest_entries(io, manifest, discard_deleted=discard_deleted))
+
+
+def drop_metrics(data_file: DataFile) -> DataFile:
+    """``data_file`` with its column metrics (sizes, counts and bounds) set to ``None``, in place: most of
+    a decoded entry, and read by no proof, validation or summary. Only for a file nothing else shares."""
+    for position in _METRIC_POSITIONS:
+        data_file[position] = None
+    return data_file
+
+
+#: where the column metrics sit in a content file (the same positions in the v2 and v3 layouts)
+_METRIC_POSITIONS = tuple(
+    position
+    for position, field in enumerate(DATA_FILE_TYPE[2].fields)
+    if field.name
+    in (
+        "column_sizes",
+        "value_counts",
+        "null_value_counts",
+        "nan_value_counts",
+        "lower_bounds",
+        "upper_bounds",
+    )
+)
 
 
 def _spec_equality_ids(data_file_type: StructType) -> StructType:

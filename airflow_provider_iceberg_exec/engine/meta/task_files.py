@@ -3,8 +3,8 @@ compaction and copy-on-write planners and tasks."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json, data_file_to_json
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from pyiceberg.schema import Schema
 
 __all__ = [
+    "TaskFiles",
     "has_equality_deletes",
     "scanned_from_json",
     "scanned_to_json",
@@ -67,3 +68,40 @@ def scanned_from_json(
             for d in entry.get("delete-files", [])
         ),
     )
+
+
+class TaskFiles(Sequence[ScannedFile]):
+    """A task's ``data_files`` entries as :class:`ScannedFile`, decoded each time one is asked for.
+
+    A rewrite passes over its inputs a few times (sizes, lanes, the read); holding them decoded took about
+    500 bytes a file beside the entries (250 MB for a group of 500,000 small files), and decoding one
+    again costs about 15 us.
+    """
+
+    def __init__(
+        self,
+        entries: Sequence[Mapping[str, Any]],
+        specs: Mapping[int, PartitionSpec],
+        schema: Schema,
+        *,
+        metrics: bool = True,
+    ) -> None:
+        self._entries, self._specs, self._schema, self._metrics = entries, specs, schema, metrics
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> ScannedFile: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> TaskFiles: ...
+
+    def __getitem__(self, index: int | slice) -> ScannedFile | TaskFiles:
+        if isinstance(index, slice):
+            return TaskFiles(self._entries[index], self._specs, self._schema, metrics=self._metrics)
+        return scanned_from_json(self._entries[index], self._specs, self._schema, metrics=self._metrics)
+
+    def __iter__(self) -> Iterator[ScannedFile]:
+        for entry in self._entries:
+            yield scanned_from_json(entry, self._specs, self._schema, metrics=self._metrics)

@@ -3,14 +3,17 @@ per lane, never with equality deletes, contiguous runs of files as even by bytes
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile
-from airflow_provider_iceberg_exec.engine.ops.compaction.rewrite import _lanes, _OutputLayout
+from airflow_provider_iceberg_exec.engine.ops.compaction.rewrite import _LaneInputs, _lanes, _OutputLayout
 
 MiB = 1024 * 1024
 TARGET = 100 * MiB
@@ -36,8 +39,10 @@ def _layout(needs_order: bool = False) -> _OutputLayout:
     return _OutputLayout(PartitionSpec(), TARGET, (), needs_order, None)
 
 
-def _sizes(lanes: list[list[ScannedFile]]) -> list[list[int]]:
-    return [[f.data_file.file_size_in_bytes for f in lane] for lane in lanes]
+def _sizes(lanes: list[_LaneInputs]) -> list[list[int]]:
+    sizes = [[f.data_file.file_size_in_bytes for f in lane.files] for lane in lanes]
+    assert [lane.stored_bytes for lane in lanes] == [sum(lane) for lane in sizes]
+    return sizes
 
 
 def test_a_group_of_several_target_sizes_is_cut_in_two_even_contiguous_halves() -> None:
@@ -45,8 +50,9 @@ def test_a_group_of_several_target_sizes_is_cut_in_two_even_contiguous_halves() 
 
     lanes = _lanes(inputs, _layout(), TWO_CORES)
 
-    assert [f for lane in lanes for f in lane] == inputs  # contiguous, in file order
-    assert [len(lane) for lane in lanes] == [5, 5]
+    assert [f for lane in lanes for f in lane.files] == inputs  # contiguous, in file order
+    assert [len(lane.files) for lane in lanes] == [5, 5]
+    assert [lane.records for lane in lanes] == [5000, 5000]
 
 
 def test_a_group_under_two_target_sizes_is_one_lane() -> None:
@@ -108,3 +114,32 @@ def test_lanes_follow_the_cores_and_memory_given(limits: ResourceLimits, expecte
 
 def test_a_single_file_is_one_lane() -> None:
     assert len(_lanes([_scanned(500 * MiB)], _layout(), TWO_CORES)) == 1
+
+
+def test_a_task_s_files_are_decoded_once_to_cut_its_lanes_and_each_lane_stays_lazy() -> None:
+    """The lanes of a task's files (decoded as they are asked for) come from one pass, and each lane is a
+    slice of the same entries, not a list of decoded files."""
+    from airflow_provider_iceberg_exec.engine.meta.task_files import TaskFiles, scanned_to_json
+
+    spec = PartitionSpec()
+    schema = Schema()
+    files = [_scanned(30 * MiB + i) for i in range(10)]
+    for scanned in files:
+        scanned.data_file.spec_id = 0
+    entries = [scanned_to_json(scanned, {0: spec}, schema) for scanned in files]
+    decoded: list[int] = []
+
+    class Counted(TaskFiles):
+        def __iter__(self) -> Iterator[ScannedFile]:
+            for scanned in super().__iter__():
+                decoded.append(1)
+                yield scanned
+
+    lanes = _lanes(Counted(entries, {0: spec}, schema), _layout(), TWO_CORES)
+
+    assert len(decoded) == len(entries)
+    assert all(isinstance(lane.files, TaskFiles) for lane in lanes)
+    assert [f.data_file.file_size_in_bytes for lane in lanes for f in lane.files] == [
+        30 * MiB + i for i in range(10)
+    ]
+    assert sum(lane.records for lane in lanes) == 10_000
