@@ -375,10 +375,11 @@ def _recut(
     step = max(1, sum(rows) // (count * _SAMPLE_PER_RANGE))
     samples = []
     for piece, piece_rows in zip(pieces, rows, strict=True):
+        positions = pa.array(
+            range(step // 2, piece_rows, step), pa.int64()
+        )  # none from a piece under step / 2
         with _mapped_run(piece.path) as table:
-            samples.append(
-                table.select(names).take(list(range(step // 2, piece_rows, step))).combine_chunks()
-            )
+            samples.append(table.select(names).take(positions).combine_chunks())
     sample = pa.concat_tables(samples).combine_chunks()
     sample = sample.take(_sort_indices([sample], order))
     splitters = _splitters(sample, order, count)
