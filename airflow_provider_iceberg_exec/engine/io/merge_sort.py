@@ -12,7 +12,7 @@ one run never touch the disk.
 
 :func:`sorted_lanes` hands the sorted rows out as several streams of disjoint key ranges, each merged
 and finished on its own, for a writer each: every run is cut as it is spilled at splitters taken from
-the first run (sorted with the run's rows, so the cut follows the sort's own order), one range per lane.
+the first run (sorted with the run's rows, so the cut follows the sort's own order), four ranges per lane.
 After the last run, a range the first run misjudged (input whose first run is unlike the rest) is cut
 again at splitters sampled from every run's piece of it, until the lanes are within 10 % of their share;
 the key ranges are dealt to the lanes by their bytes.
@@ -82,10 +82,10 @@ _FINISH_LEAD_BYTES = 16 << 20
 #: are held at once (one collected, two sorted and their sorted copies)
 _RUN_SHARE = 16
 _MIN_RUN_BYTES = 1 << 20
-#: key ranges per lane of a sort merged in lanes, cut at splitters from the first run: one per lane, as
-#: every piece is a file and every range a merge of its own (4 per lane cost about 1 CPU-s more on 20M
-#: rows); ranges the first run misjudged are cut again after the last run (:func:`_balanced`)
-_RANGES_PER_LANE = 1
+#: key ranges per lane of a sort merged in lanes, cut at splitters from the first run and dealt to the
+#: lanes by the bytes every run put in them: a first run somewhat unlike the rest (a z-order's, on the
+#: bench's table) still deals evenly; ranges too heavy for that are cut again (:func:`_balanced`)
+_RANGES_PER_LANE = 4
 #: a lane may hold this much more than its share of the bytes before its heaviest range is cut again
 _LANE_SLACK = 1.1
 #: sample rows per range a range is cut again into, taken from every run's piece of it
