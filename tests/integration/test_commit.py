@@ -519,6 +519,21 @@ def test_new_equality_delete_fails_without_starting_sequence_number(catalog: Sql
         _commit(table, inputs, output, base_snapshot_id=base_id, use_starting_sequence_number=False)
 
 
+def _in_partition(content_file: DataFile, value: str) -> DataFile:
+    """``content_file`` (metrics dropped) said to be in partition ``category=value``."""
+    moved = DataFile.from_args(
+        content=content_file.content,
+        file_path=content_file.file_path,
+        file_format=content_file.file_format,
+        partition=Record(value),
+        record_count=content_file.record_count,
+        file_size_in_bytes=content_file.file_size_in_bytes,
+        equality_ids=content_file.equality_ids,
+    )
+    moved.spec_id = content_file.spec_id
+    return moved
+
+
 def test_a_rewritten_file_claimed_in_another_partition_is_still_checked_in_its_own(
     catalog: SqlCatalog,
 ) -> None:
@@ -530,30 +545,9 @@ def test_a_rewritten_file_claimed_in_another_partition_is_still_checked_in_its_o
     table.append(pa.concat_tables([_rows(0, 10, "a"), _rows(10, 10, "b")]))
     base_id = table.metadata.current_snapshot_id
     in_a = [f for f in _live_files(table) if f.partition[0] == "a"]
-    forged = []
-    for data_file in in_a:
-        claimed = DataFile.from_args(
-            content=data_file.content,
-            file_path=data_file.file_path,
-            file_format=data_file.file_format,
-            partition=Record("b"),
-            record_count=data_file.record_count,
-            file_size_in_bytes=data_file.file_size_in_bytes,
-        )
-        claimed.spec_id = data_file.spec_id
-        forged.append(claimed)
+    forged = [_in_partition(f, "b") for f in in_a]
     output = _write_output(table, _read_files(table, in_a))
-    unscoped = _write_equality_deletes(table, "eq-a", [3])
-    delete = DataFile.from_args(
-        content=unscoped.content,
-        file_path=unscoped.file_path,
-        file_format=unscoped.file_format,
-        partition=Record("a"),
-        record_count=unscoped.record_count,
-        file_size_in_bytes=unscoped.file_size_in_bytes,
-        equality_ids=[1],
-    )
-    delete.spec_id = unscoped.spec_id
+    delete = _in_partition(_write_equality_deletes(table, "eq-a", [3]), "a")
     commit_delete_files(table, [delete])
     location = table.metadata_location
 

@@ -8,10 +8,11 @@ the table and must see exactly those rows.
 
 from __future__ import annotations
 
+import os
 import struct
 import uuid
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes import apply
+from airflow_provider_iceberg_exec.engine.deletes.mapped import map_delete_keys
 from airflow_provider_iceberg_exec.engine.deletes.vectors import decode_deletion_vector
 from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction
@@ -49,13 +51,30 @@ SCHEMA = Schema(
 )
 
 
-@pytest.fixture(params=["held", "joined"])
-def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Equality deletes held in memory and matched as the data files stream, or (no share of the memory
-    limit for them) matched first by the key join of engine/deletes/matches.py: the same rows go."""
-    if request.param == "joined":
+@pytest.fixture(params=["held", "mapped", "joined"])
+def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Equality deletes held in memory and matched as the data files stream; mapped from disk (no share
+    of the memory limit for their rows, only for their hashes; sorted in many small hash ranges) and
+    matched as the data files stream; or (no share at all) matched first by the key join of
+    engine/deletes/matches.py: the same rows go."""
+    if request.param in ("mapped", "joined"):
         monkeypatch.setattr(apply, "HELD_SHARE", 0)
-    return str(request.param)
+    if request.param == "mapped":
+        monkeypatch.setattr(apply, "_map_bucket_bytes", lambda limits: 256)
+    if request.param == "joined":
+        monkeypatch.setattr(apply, "MAPPED_SHARE", 0)
+    mapped = []
+    real = map_delete_keys
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        mapped.append(kwargs["directory"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(apply, "map_delete_keys", spy)
+    yield str(request.param)
+    if request.param != "held":  # held: kinds over the held share are mapped too
+        assert bool(mapped) == (request.param == "mapped"), "the path the test meant to take"
+    assert not any(os.path.exists(d) for d in mapped), "mapped delete rows left on disk"
 
 
 def _limits(tmp_path: Path, memory_bytes: int = 64 * MiB) -> ResourceLimits:

@@ -9,7 +9,8 @@ module streams each data file and turns its deletes into the rows to keep:
 - equality deletes whose keys the bucket transform hashes and whose delete rows fit
   :data:`HELD_SHARE` of the memory limit are held in memory (:class:`~.keysets.DeleteKeys`) and
   matched while the data file streams, on its own key columns: one read of each data file
-  (:func:`_held_kinds`);
+  (:func:`_held_kinds`); over that share, when only their key hashes fit it, they are mapped from disk
+  in key-hash order (:mod:`.mapped`) and matched the same way;
 - the positions other equality deletes match come first from the narrow, bounded join of
   :mod:`.matches` (key columns only, spilling) and are dropped by running position too.
 """
@@ -17,6 +18,7 @@ module streams each data file and turns its deletes into the rows to keep:
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,6 +31,12 @@ from airflow_provider_iceberg_exec.engine.deletes.keysets import (
     HashSet,
     hashable,
     key_hashes,
+)
+from airflow_provider_iceberg_exec.engine.deletes.mapped import (
+    MappedDeleteKeys,
+    map_delete_keys,
+    mapped_bytes,
+    remove_mapped,
 )
 from airflow_provider_iceberg_exec.engine.deletes.matches import (
     MatchStats,
@@ -44,6 +52,7 @@ from airflow_provider_iceberg_exec.engine.io.read import (
     read_batch_rows,
     read_files_ahead,
 )
+from airflow_provider_iceberg_exec.engine.io.session import release_memory
 from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile
 from airflow_provider_iceberg_exec.engine.progress import NOT_TRACKED, Tracker
@@ -55,12 +64,15 @@ if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.table.metadata import TableMetadata
 
-__all__ = ["HELD_SHARE", "DeleteStats", "iter_live_group_batches"]
+__all__ = ["HELD_SHARE", "MAPPED_SHARE", "DeleteStats", "iter_live_group_batches"]
 
 #: the held equality deletes of one stream take at most this share of the memory limit (a compaction
 #: group with equality deletes is one stream: one lane, see ``ops/compaction/rewrite.py`` ``_lanes``;
 #: measured on bench/mor.py's 5M-row table at 256 MiB, two lanes saved 0.5 s of 9 and cost 160 MiB)
 HELD_SHARE = 1 / 4
+#: the hashes of equality deletes mapped from disk (:mod:`.mapped`, when their rows are over
+#: :data:`HELD_SHARE`) take at most this share of the memory limit, with the kinds held before them
+MAPPED_SHARE = 1 / 4
 
 
 @dataclass
@@ -105,17 +117,42 @@ def iter_live_group_batches(
     :raises DataFileReadError: when a data or delete file is missing or malformed.
     :raises ConfigurationError: for an equality delete on a field found in no schema, or a nested field.
     """
-    import numpy as np
     from pyiceberg.manifest import DataFileContent
 
-    schema = metadata.schema()
-    specs = metadata.specs()
-    name_mapping = metadata.name_mapping()
     equality = any(
         d.data_file.content == DataFileContent.EQUALITY_DELETES for f in files for d in f.delete_files
     )
     partitions: dict[tuple[int, str], int] = {}
-    held, joined = _held_kinds(io, metadata, files, partitions, limits) if equality else ([], [])
+    held: list[_HeldKind] = []
+    try:
+        joined = _held_kinds(io, metadata, files, partitions, limits, spill_dir, held) if equality else []
+        yield from _stream(
+            io, metadata, files, partitions, held, joined, limits, spill_dir, stats, progress, row_lineage
+        )
+    finally:
+        for kind in held:
+            kind.close()
+
+
+def _stream(
+    io: FileIO,
+    metadata: TableMetadata,
+    files: Sequence[ScannedFile],
+    partitions: dict[tuple[int, str], int],
+    held: Sequence[_HeldKind],
+    joined: Sequence[ScannedDelete],
+    limits: ResourceLimits,
+    spill_dir: str,
+    stats: DeleteStats,
+    progress: Tracker,
+    row_lineage: bool,
+) -> Iterator[pa.RecordBatch]:
+    """:func:`iter_live_group_batches` once the held kinds of equality deletes are known."""
+    import numpy as np
+
+    schema = metadata.schema()
+    specs = metadata.specs()
+    name_mapping = metadata.name_mapping()
     matches = _Matches(
         equality_matches(io, metadata, files, joined, limits=limits, spill_dir=spill_dir)
         if joined
@@ -224,17 +261,24 @@ def _drop_positions(
 
 @dataclass(frozen=True)
 class _HeldKind:
-    """One kind of equality deletes held in memory: the key columns' names in the rows read, the delete
-    rows, their key hashes (which rule out most rows for a bitmap lookup, not a search) and the delete
-    files' paths."""
+    """One kind of equality deletes matched as the data files stream: the key columns' names in the rows
+    read, the delete rows (in memory, or mapped from ``directory``), their key hashes (which rule out most
+    rows for a bitmap lookup, not a search) and the delete files' paths."""
 
     columns: tuple[str, ...]
-    keys: DeleteKeys
+    keys: DeleteKeys | MappedDeleteKeys
     hashes: HashSet
     paths: frozenset[str]
+    directory: str | None = None
 
     def applies_to(self, scanned: ScannedFile) -> bool:
         return any(d.data_file.file_path in self.paths for d in scanned.delete_files)
+
+    def close(self) -> None:
+        if isinstance(self.keys, MappedDeleteKeys):
+            self.keys.close()
+        if self.directory is not None:
+            remove_mapped(self.directory)
 
 
 def _held_kinds(
@@ -243,15 +287,18 @@ def _held_kinds(
     files: Sequence[ScannedFile],
     partitions: dict[tuple[int, str], int],
     limits: ResourceLimits,
-) -> tuple[list[_HeldKind], list[ScannedDelete]]:
-    """The kinds of equality deletes of ``files`` matched while the data files stream, and the delete
-    files left to the join of :mod:`.matches`.
+    spill_dir: str,
+    held: list[_HeldKind],
+) -> list[ScannedDelete]:
+    """Append to ``held`` the kinds of equality deletes of ``files`` matched while the data files stream
+    (the caller closes them); return the delete files left to the join of :mod:`.matches`.
 
-    A kind is held when the bucket transform hashes its keys (:func:`~.keysets.hashable`), every key
-    field is a top-level column of the current schema (so the rows read carry it) and its delete rows,
-    with the kinds held before it, take at most :data:`HELD_SHARE` of the memory limit: then no data
-    file's key columns are read twice (measured on bench/mor.py's 5M-row table, that second read was
-    about 70 % of the separate key pass's CPU; the hashing the rest).
+    A kind is held when the bucket transform hashes its keys (:func:`~.keysets.hashable`) and every key
+    field is a top-level column of the current schema (so the rows read carry it): in memory when its
+    delete rows, with the kinds held before it, take at most :data:`HELD_SHARE` of the memory limit,
+    otherwise mapped from disk (:mod:`.mapped`) when their hashes fit that share. Then no data file's key
+    columns are read twice (measured on bench/mor.py's 5M-row table, that second read was about 70 % of
+    the separate key pass's CPU; the hashing the rest).
     """
     from pyiceberg.schema import Schema
 
@@ -259,22 +306,40 @@ def _held_kinds(
     top = {f.field_id: f.name for f in schema.fields}
     unpartitioned = {sid for sid, spec in metadata.specs().items() if spec.is_unpartitioned()}
     budget = int(limits.memory_limit_bytes * HELD_SHARE)
-    held: list[_HeldKind] = []
+    mapped_budget = int(limits.memory_limit_bytes * MAPPED_SHARE)
     joined: list[ScannedDelete] = []
-    for (ids, is_global), kind in sorted(equality_kinds(files, unpartitioned).items()):
+    for number, ((ids, is_global), kind) in enumerate(sorted(equality_kinds(files, unpartitioned).items())):
         key_fields = key_fields_of(metadata, ids)
         keys = None
         if hashable(key_fields) and all(i in top for i in ids):
-            keys, size = _hold(
-                io, metadata, kind, Schema(*key_fields), ids, is_global, partitions, limits, budget
-            )
+            directory = os.path.join(spill_dir, f"eq-held-{number}")
+            try:
+                keys, size = _hold(
+                    io,
+                    metadata,
+                    kind,
+                    Schema(*key_fields),
+                    ids,
+                    is_global,
+                    partitions,
+                    limits,
+                    (budget, mapped_budget),
+                    directory,
+                )
+            except BaseException:
+                remove_mapped(directory)
+                raise
             budget -= size
+            mapped_budget -= size
         if keys is None:
             joined.extend(kind)
         else:
             paths = frozenset(d.data_file.file_path for d in kind)
-            held.append(_HeldKind(tuple(top[i] for i in ids), keys[0], keys[1], paths))
-    return held, joined
+            mapped = isinstance(keys[0], MappedDeleteKeys)
+            held.append(
+                _HeldKind(tuple(top[i] for i in ids), keys[0], keys[1], paths, directory if mapped else None)
+            )
+    return joined
 
 
 def _hold(
@@ -286,23 +351,30 @@ def _hold(
     is_global: bool,
     partitions: dict[tuple[int, str], int],
     limits: ResourceLimits,
-    budget: int,
-) -> tuple[tuple[DeleteKeys, HashSet] | None, int]:
+    budgets: tuple[int, int],
+    directory: str,
+) -> tuple[tuple[DeleteKeys | MappedDeleteKeys, HashSet] | None, int]:
     """The delete rows of one kind as :class:`~.keysets.DeleteKeys` with the set of their key hashes,
-    and their bytes; ``None`` as soon as they exceed ``budget`` bytes."""
+    and their bytes; past the first of ``budgets`` (bytes), as :class:`~.mapped.MappedDeleteKeys` under
+    ``directory`` when their hashes fit the second; ``None`` otherwise."""
     import numpy as np
     import pyarrow as pa
 
     names = [key_column(i) for i in ids]
     batches: list[pa.RecordBatch] = []
+    budget, mapped_budget = budgets
     size = HashSet.BITMAP_BYTES  # the hash set's bitmap, whatever the rows
     stats = MatchStats()
-    for delete in kind:
-        for batch in delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
-            size += batch.nbytes + batch.num_rows * HASH_BYTES  # the rows and their sorted hashes
-            if size > budget:
-                return None, 0
-            batches.append(batch)
+    read = (
+        batch
+        for delete in kind
+        for batch in delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats)
+    )
+    for batch in read:
+        size += batch.nbytes + batch.num_rows * HASH_BYTES  # the rows and their sorted hashes
+        batches.append(batch)
+        if size > budget:
+            return _map(batches, read, kind, names, is_global, limits, mapped_budget, directory)
     if not batches:
         return None, 0
     rows = pa.Table.from_batches(batches).combine_chunks()
@@ -317,6 +389,55 @@ def _hold(
         is_global=is_global,
     )
     return (held, HashSet(hashes)), size
+
+
+def _map(
+    batches: list[pa.RecordBatch],
+    rest: Iterator[pa.RecordBatch],
+    kind: Sequence[ScannedDelete],
+    names: Sequence[str],
+    is_global: bool,
+    limits: ResourceLimits,
+    budget: int,
+    directory: str,
+) -> tuple[tuple[MappedDeleteKeys, HashSet] | None, int]:
+    """The delete rows of one kind, the first of them read into ``batches``, the others still in ``rest``,
+    mapped from ``directory`` (:mod:`.mapped`) when their hashes fit ``budget``; ``None`` otherwise."""
+    rows = sum(d.data_file.record_count for d in kind)
+    if mapped_bytes(rows) > budget:
+        return None, 0
+    seen = sum(b.num_rows for b in batches)
+    row_bytes = sum(b.nbytes for b in batches) / max(1, seen)
+    seq_column, part_column = batches[0].schema.names[-2:]
+
+    def everything() -> Iterator[pa.RecordBatch]:
+        while batches:  # handed on one by one, so that the first ones go once staged
+            yield batches.pop(0)
+        yield from rest
+
+    mapped = map_delete_keys(
+        everything(),
+        names,
+        rows=max(rows, seen),
+        row_bytes=row_bytes,
+        is_global=is_global,
+        directory=directory,
+        bucket_bytes=_map_bucket_bytes(limits),
+        seq_column=seq_column,
+        part_column=part_column,
+    )
+    # Sorting the ranges peaked at a few times a range: hand that back before the data streams.
+    release_memory()
+    if mapped is None:
+        return None, 0
+    return (mapped, mapped.hashes), mapped_bytes(len(mapped))
+
+
+def _map_bucket_bytes(limits: ResourceLimits) -> int:
+    """Bytes of delete rows sorted at once while mapping them (an eighth of the limit: the sort takes
+    about three times that, before the data stream; fewer, larger ranges make fewer mapped chunks for
+    each probe to visit)."""
+    return max(1 << 20, limits.memory_limit_bytes // 8)
 
 
 def _match_held(

@@ -31,6 +31,7 @@ __all__ = [
     "HashSet",
     "KeySet",
     "bucket_of",
+    "equal_null_safe",
     "hashable",
     "in_sorted",
     "key_hashes",
@@ -135,16 +136,22 @@ class HashSet:
     BITMAP_BYTES = 1 << 22
     _SHIFT = 7  # 32-bit hashes, 2**25 bits
 
-    def __init__(self, hashes: npt.NDArray[np.uint32]) -> None:
+    def __init__(self, hashes: npt.NDArray[np.uint32], *, presorted: bool = False) -> None:
         import numpy as np
 
-        self._sorted = np.unique(hashes)
+        #: ``presorted``: ``hashes`` are in ascending order already (repeats allowed) and kept as they are
+        self._sorted = hashes if presorted else np.unique(hashes)
         self._bits = np.zeros(self.BITMAP_BYTES, dtype=np.uint8)
         slots = (self._sorted >> np.uint32(self._SHIFT)).astype(np.int64)
         np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
 
     def __len__(self) -> int:
         return len(self._sorted)
+
+    @property
+    def sorted(self) -> npt.NDArray[np.uint32]:
+        """The hashes in ascending order."""
+        return self._sorted
 
     def contains(self, hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
         """Which of ``hashes`` are in the set."""
@@ -168,7 +175,7 @@ def _slots(hashes: npt.NDArray[np.uint32], partitions: npt.NDArray[np.int32]) ->
     return words
 
 
-def _equal(left: pa.Array, right: pa.Array) -> npt.NDArray[np.bool_]:
+def equal_null_safe(left: pa.Array, right: pa.Array) -> npt.NDArray[np.bool_]:
     """Null-safe equality of two arrays of one type, row by row (NULL equals NULL)."""
     import pyarrow.compute as pc
 
@@ -217,6 +224,16 @@ class KeySet:
 
     def __len__(self) -> int:
         return len(self._slots)
+
+    @property
+    def slots(self) -> npt.NDArray[np.uint64]:
+        """Each row's hash (high 32 bits) and partition id (low 32 bits), in the set's order."""
+        return self._slots
+
+    @property
+    def keys(self) -> list[pa.Array]:
+        """The key columns, in the set's order."""
+        return self._keys
 
     def pairs(
         self,
@@ -271,7 +288,7 @@ class KeySet:
         equal = np.ones(len(rows), dtype=bool)
         probe_rows, set_rows = pa.array(rows), pa.array(at)
         for probe, held in zip(keys, self._keys, strict=True):
-            equal &= _equal(probe.take(probe_rows), held.take(set_rows))
+            equal &= equal_null_safe(probe.take(probe_rows), held.take(set_rows))
         return rows[equal].astype(np.int64), found[equal].astype(np.int64)
 
 
@@ -320,7 +337,7 @@ class DeleteKeys:
                 here, before = pa.array(same), pa.array(same - 1)
                 equal = np.ones(len(same), dtype=bool)
                 for column in columns:
-                    equal &= _equal(column.take(here), column.take(before))
+                    equal &= equal_null_safe(column.take(here), column.take(before))
                 repeat[same[equal]] = True
         if repeat.any():
             firsts = np.flatnonzero(~repeat)
@@ -334,6 +351,18 @@ class DeleteKeys:
 
     def __len__(self) -> int:
         return len(self._set)
+
+    def sorted_rows(
+        self,
+    ) -> tuple[list[pa.Array], npt.NDArray[np.uint32], npt.NDArray[np.int32], npt.NDArray[np.int64]]:
+        """The rows kept, sorted by key hash and partition id: key columns, hashes, partition ids (zeros
+        when global) and highest sequence numbers."""
+        import numpy as np
+
+        slots = self._set.slots
+        hashes: npt.NDArray[np.uint32] = (slots >> np.uint64(32)).astype(np.uint32)
+        parts: npt.NDArray[np.int32] = (slots & np.uint64(0xFFFFFFFF)).astype(np.int32)
+        return self._set.keys, hashes, parts, self._seqs
 
     def deleted(
         self,

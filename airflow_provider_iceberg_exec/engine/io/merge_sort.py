@@ -12,8 +12,10 @@ one run never touch the disk.
 
 :func:`sorted_lanes` hands the sorted rows out as several streams of disjoint key ranges, each merged
 and finished on its own, for a writer each: every run is cut as it is spilled at splitters taken from
-the first run (sorted with the run's rows, so the cut follows the sort's own order), and the key ranges
-are dealt to the lanes by their bytes.
+the first run (sorted with the run's rows, so the cut follows the sort's own order), four ranges per lane.
+After the last run, a range the first run misjudged (input whose first run is unlike the rest) is cut
+again at splitters sampled from every run's piece of it, until the lanes are within 10 % of their share;
+the key ranges are dealt to the lanes by their bytes.
 
 Both sides order rows the same way: DataFusion compares floating-point values by their total order
 (``-NaN < -inf < ... < -0.0 < +0.0 < ... < +inf < +NaN``), so PyArrow sorts a floating-point key by an
@@ -80,9 +82,14 @@ _FINISH_LEAD_BYTES = 16 << 20
 #: are held at once (one collected, two sorted and their sorted copies)
 _RUN_SHARE = 16
 _MIN_RUN_BYTES = 1 << 20
-#: key ranges per lane of a sort merged in lanes: their splitters are sampled from the first run alone,
-#: so the ranges are dealt to the lanes by the bytes every run put in them, a few to each lane
+#: key ranges per lane of a sort merged in lanes, cut at splitters from the first run and dealt to the
+#: lanes by the bytes every run put in them: a first run somewhat unlike the rest (a z-order's, on the
+#: bench's table) still deals evenly; ranges too heavy for that are cut again (:func:`_balanced`)
 _RANGES_PER_LANE = 4
+#: a lane may hold this much more than its share of the bytes before its heaviest range is cut again
+_LANE_SLACK = 1.1
+#: sample rows per range a range is cut again into, taken from every run's piece of it
+_SAMPLE_PER_RANGE = 64
 _MAX_RUN_BYTES = 32 << 20
 
 
@@ -156,8 +163,9 @@ def sorted_lanes(
     consumed on a thread of its own; consume or close them all before leaving the ``with``.
 
     The sorting happens on entry. With more than one lane, every run is cut into key ranges as it is
-    spilled (:data:`_RANGES_PER_LANE` per lane, at splitters sampled from the first run), and the ranges
-    are dealt to the lanes in contiguous groups of about equal bytes. The lanes share the plan's fan-in.
+    spilled (:data:`_RANGES_PER_LANE` per lane, at splitters sampled from the first run), ranges too heavy
+    to deal evenly are cut again from every run's sample (:func:`_balanced`), and the ranges are dealt to
+    the lanes in contiguous groups of about equal bytes. The lanes share the plan's fan-in.
     """
     plan = plan or merge_plan(limits)
     stats = stats if stats is not None else SortStats()
@@ -173,6 +181,8 @@ def sorted_lanes(
             streams = [_finished(finish, iter(single.to_batches(max_chunksize=rows)))]
         elif sorter.pieces:
             ranges = _pieces_by_range(sorter.pieces)
+            if lanes > 1:
+                ranges = _balanced(ranges, lanes, order, sorter, stats)
             groups = _even_groups([sum(piece.size for piece in pieces) for pieces in ranges], lanes)
             fan_in = max(_MIN_FAN_IN, plan.fan_in // len(groups))
             stats.lanes = len(groups)
@@ -188,9 +198,11 @@ def sorted_lanes(
             ]
         yield streams
         log.debug(
-            "sorted %d runs in %d lanes; %d extra merge passes re-merged %d bytes",
+            "sorted %d runs in %d lanes (%d bytes of key ranges cut again); %d extra merge passes "
+            "re-merged %d bytes",
             stats.runs,
             stats.lanes,
+            stats.recut_bytes,
             stats.merge_passes,
             stats.remerged_bytes,
         )
@@ -212,6 +224,8 @@ class SortStats:
     merge_passes: int = 0
     remerged_bytes: int = 0
     spilled_bytes: int = 0
+    #: bytes of key ranges cut again to balance the lanes (:func:`_balanced`)
+    recut_bytes: int = 0
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add_pass(self, merged_bytes: int) -> None:
@@ -245,6 +259,7 @@ class _RunSorter:
         self.directory = directory
         self.ranges = ranges
         self.number = 0  # runs started
+        self.next_range = ranges  # the id of the next key range cut again
         self.pieces: list[_Piece] = []
         self.row_bytes = 0  # of the first run, for the merge's batches
         #: the key values that split the ranges, from the first run (sorted): every later run waits for them
@@ -267,6 +282,7 @@ class _RunSorter:
             del raw
         while self._sorting:
             self.pieces.extend(self._sorting.popleft().result())
+        _release_memory()  # before the merges
         return None
 
     def _sort_and_spill(self, raw: list[pa.RecordBatch], number: int) -> list[_Piece]:
@@ -289,7 +305,6 @@ class _RunSorter:
             if number == 0 and not self.splitters.done():
                 self.splitters.set_exception(err)  # the runs waiting for the splitters fail too
             raise
-        _release_memory()
         pieces = []
         bounds = [0, *cuts, table.num_rows]
         for index, (start, stop) in enumerate(itertools.pairwise(bounds)):
@@ -297,8 +312,9 @@ class _RunSorter:
                 name = f"{number:05d}-{index:03d}"
                 path = _write_run(table.slice(start, stop - start), self.directory, name)
                 pieces.append(_Piece(number, index, path, os.path.getsize(path)))
-        del table
-        _release_memory()
+        # Freed buffers stay in PyArrow's allocator for the next run (the reader's batches, the next sort):
+        # handed back after every run, each run faulted its pages in afresh, zeroed by the kernel (12 % of
+        # a 20M-row sort's CPU); they are handed back once, after the last run.
         return pieces
 
     def close(self) -> None:
@@ -315,6 +331,92 @@ def _pieces_by_range(pieces: Sequence[_Piece]) -> list[list[_Piece]]:
     for piece in sorted(pieces, key=lambda p: (p.range, p.run)):
         by_range[piece.range].append(piece)
     return [by_range[r] for r in sorted(by_range)]
+
+
+def _balanced(
+    ranges: list[list[_Piece]], lanes: int, order: Sequence[SortColumn], sorter: _RunSorter, stats: SortStats
+) -> list[list[_Piece]]:
+    """``ranges`` (in key order) with the heaviest range cut again while the lanes they are dealt to are
+    uneven: the first run's splitters misjudge input whose first run is unlike the rest (files in the
+    order of a key correlated with the sort's), which would leave one lane with most of the rows.
+
+    The range is cut at splitters sampled from every run's piece of it; each piece is sorted already, so
+    it is only sliced and written again. A range whose keys are all equal cannot be cut: left as it is.
+    """
+    cut: set[int] = set()
+    while True:
+        sizes = [sum(piece.size for piece in pieces) for pieces in ranges]
+        groups = _even_groups(sizes, lanes)
+        share = sum(sizes) / lanes
+        if max(sum(sizes[r] for r in group) for group in groups) <= share * _LANE_SLACK:
+            return ranges
+        heaviest = max(range(len(ranges)), key=lambda r: sizes[r])
+        if ranges[heaviest][0].range in cut:  # its keys are too few to cut any finer
+            return ranges
+        count = max(2, min(lanes * 8, -(-sizes[heaviest] * 4 // max(1, int(share)))))
+        parts = _recut(ranges[heaviest], order, count, sorter)
+        stats.recut_bytes += sizes[heaviest]
+        cut.update(pieces[0].range for pieces in parts)
+        ranges = [*ranges[:heaviest], *parts, *ranges[heaviest + 1 :]]
+        if len(parts) == 1:
+            return ranges
+
+
+def _recut(
+    pieces: Sequence[_Piece], order: Sequence[SortColumn], count: int, sorter: _RunSorter
+) -> list[list[_Piece]]:
+    """One key range's pieces (sorted, in run order) cut again into up to ``count`` ranges, in key order,
+    at splitters sampled from all of them (as many sample rows from each as its share of the rows)."""
+    import numpy as np
+    import pyarrow as pa
+
+    names = [name for name, _asc, _nulls in order]
+    rows = [_run_rows(piece.path) for piece in pieces]
+    step = max(1, sum(rows) // (count * _SAMPLE_PER_RANGE))
+    samples = []
+    for piece, piece_rows in zip(pieces, rows, strict=True):
+        positions = pa.array(
+            range(step // 2, piece_rows, step), pa.int64()
+        )  # none from a piece under step / 2
+        with _mapped_run(piece.path) as table:
+            samples.append(table.select(names).take(positions).combine_chunks())
+    sample = pa.concat_tables(samples).combine_chunks()
+    sample = sample.take(_sort_indices([sample], order))
+    splitters = _splitters(sample, order, count)
+    first = sorter.next_range
+    sorter.next_range += count
+    parts: list[list[_Piece]] = [[] for _ in range(count)]
+    for piece in pieces:
+        with _mapped_run(piece.path) as table:
+            # sorted already: a stable sort of its keys with the splitters after them leaves its rows in
+            # place and puts each splitter after the rows that sort before or with it
+            indices = _sort_indices([table.select(names), splitters], order)
+            markers = np.flatnonzero(indices.to_numpy() >= table.num_rows)
+            bounds = [0, *(markers - np.arange(len(markers))).tolist(), table.num_rows]
+            for index, (start, stop) in enumerate(itertools.pairwise(bounds)):
+                if stop > start:
+                    name = f"{piece.run:05d}-{first + index:03d}"
+                    path = _write_run(table.slice(start, stop - start), sorter.directory, name)
+                    parts[index].append(_Piece(piece.run, first + index, path, os.path.getsize(path)))
+        os.remove(piece.path)
+    return [part for part in parts if part]
+
+
+@contextlib.contextmanager
+def _mapped_run(path: str) -> Iterator[pa.Table]:
+    """A run file's rows, memory-mapped (read in place: only the pages touched come in)."""
+    import pyarrow as pa
+
+    with pa.memory_map(path) as source:
+        yield pa.ipc.open_file(source).read_all()
+
+
+def _run_rows(path: str) -> int:
+    import pyarrow as pa
+
+    with pa.memory_map(path) as source:
+        reader = pa.ipc.open_file(source)
+        return sum(reader.get_record_batch(i).num_rows for i in range(reader.num_record_batches))
 
 
 def _even_groups(sizes: Sequence[int], count: int) -> list[list[int]]:
@@ -466,7 +568,8 @@ def _sort_indices(tables: Sequence[pa.Table], order: Sequence[SortColumn]) -> pa
     import pyarrow.compute as pc
 
     images: list[pa.Array] = []
-    sort_keys: list[tuple[str, str]] = []
+    sort_keys: list[tuple[str, ...]] = []
+    per_key_nulls = _per_key_null_placement()
     for name, ascending, nulls_first in order:
         kind = tables[0].schema.field(name).type
         column = (
@@ -474,17 +577,30 @@ def _sort_indices(tables: Sequence[pa.Table], order: Sequence[SortColumn]) -> pa
             if len(tables) > 1
             else tables[0].column(name).combine_chunks()
         )
-        if column.null_count:
+        placement = "at_start" if nulls_first else "at_end"
+        if column.null_count and not per_key_nulls:
             # Each key's own null placement as a flag sorted first (False before True): PyArrow before 24
-            # takes one null placement for all the keys of a sort.
+            # takes one null placement for all the keys of a sort (the flags cost 25 % more sort CPU).
             images.append(pc.is_valid(column) if nulls_first else pc.is_null(column))
             sort_keys.append((f"k{len(sort_keys)}", "ascending"))
         for image in _sort_images(column):
             images.append(image)
-            sort_keys.append((f"k{len(sort_keys)}", "ascending" if ascending else "descending"))
-    keys = pa.table(images, names=[key for key, _dir in sort_keys])
+            direction = "ascending" if ascending else "descending"
+            sort_keys.append(
+                (f"k{len(sort_keys)}", direction, placement)
+                if per_key_nulls
+                else (f"k{len(sort_keys)}", direction)
+            )
+    keys = pa.table(images, names=[key[0] for key in sort_keys])
     del images
     return pc.sort_indices(keys, sort_keys=sort_keys)
+
+
+def _per_key_null_placement() -> bool:
+    """Whether PyArrow takes a null placement per sort key (``(name, order, placement)``, PyArrow >= 24)."""
+    import pyarrow as pa
+
+    return int(pa.__version__.split(".", 1)[0]) >= 24
 
 
 def _sort_images(column: pa.Array) -> list[pa.Array]:
@@ -602,7 +718,7 @@ def _reduced(
         count = min(fan_in, len(paths) - fan_in + 1)
         group = set(sorted(paths, key=lambda p: sizes[p])[:count])
         merging = [p for p in paths if p in group]
-        path = os.path.join(directory, f"pass-{pieces[0].range:03d}-{number:04d}.arrow")
+        path = os.path.join(directory, f"pass-{pieces[0].range:04d}-{number:04d}.arrow")
         number += 1
         writer = None
         try:

@@ -17,6 +17,7 @@ from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.io.merge_sort import (
     MergePlan,
     SortColumn,
+    SortStats,
     external_sort,
     sorted_lanes,
 )
@@ -437,3 +438,87 @@ def test_stats_count_the_runs_and_the_passes_that_merge_again(
     assert (stats.remerged_bytes > 0) == passes
     if passes:  # just enough runs merged again each time, not all of them
         assert stats.remerged_bytes < stats.spilled_bytes * stats.merge_passes
+
+
+def _lanes_with_stats(
+    table: pa.Table, order: list[SortColumn], spill_dir: Path, lanes: int = 2
+) -> tuple[list[pa.Table], SortStats]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    stats = SortStats()
+    with (
+        sorted_lanes(
+            _batches(table),
+            order,
+            ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(spill_dir)),
+            str(spill_dir),
+            prepare=pa.Table.from_batches,
+            finish=lambda rows: rows,
+            lanes=lanes,
+            plan=MergePlan(run_bytes=16 << 10, fan_in=64),
+            stats=stats,
+        ) as streams,
+        ThreadPoolExecutor(max_workers=max(1, len(streams))) as pool,
+    ):
+        lanes_rows: list[list[pa.RecordBatch]] = list(pool.map(list, streams))
+    out = [pa.Table.from_batches(batches, schema=table.schema) for batches in lanes_rows]
+    return out, stats
+
+
+@pytest.mark.parametrize("lanes", [2, 3])
+def test_a_first_run_unlike_the_rest_is_cut_again_from_every_run(tmp_path: Path, lanes: int) -> None:
+    """Input whose first run holds only the smallest keys (files in the order of a correlated key): the
+    first run's splitters would leave one lane with almost every row. The heavy range is cut again at
+    splitters sampled from every run's piece of it: the lanes get about equal rows, their key ranges
+    are disjoint and in order, no row is lost or repeated, nulls stay where the order puts them."""
+    rng = np.random.default_rng(4)
+    count = 8105  # runs of 900 rows: the last run's 5 rows are a piece too small to give a sample row
+    keys = np.concatenate([np.sort(rng.integers(0, 50, 600)), rng.integers(50, 100_000, count - 600)])
+    f = pa.array(rng.choice([1.5, -0.0, 0.0, np.nan], count), pa.float64(), mask=rng.random(count) < 0.05)
+    table = pa.table(
+        {
+            "k": pa.array(keys, pa.int64(), mask=np.arange(count) % 97 == 5),
+            "f": f,
+            "id": pa.array(np.arange(count), pa.int64()),
+        }
+    )
+    order: list[SortColumn] = [("k", True, False), ("f", False, True)]
+    out, stats = _lanes_with_stats(table, order, tmp_path / "spill", lanes)
+    assert stats.recut_bytes > 0
+    assert len(out) == lanes
+    sizes = [lane.num_rows for lane in out]
+    assert max(sizes) < 1.35 * count / lanes, sizes
+    joined = pa.concat_tables(out)
+    assert sorted(joined.column("id").to_pylist()) == list(range(count))
+    expected = (
+        SessionContext()
+        .from_arrow(table)
+        .sort(
+            col("k").sort(ascending=True, nulls_first=False), col("f").sort(ascending=False, nulls_first=True)
+        )
+        .to_arrow_table()
+    )
+    assert joined.column("k").to_pylist() == expected.column("k").to_pylist()
+    assert joined.column("k").null_count == table.column("k").null_count
+    assert joined.column("k").to_pylist()[-1] is None  # NULLS LAST, in the last lane
+    bits = [
+        joined.column("f").to_numpy(zero_copy_only=False),
+        expected.column("f").to_numpy(zero_copy_only=False),
+    ]
+    assert ((bits[0] == bits[1]) | (np.isnan(bits[0]) & np.isnan(bits[1]))).all()
+    for before, after in itertools.pairwise(out):  # disjoint and in order: the lanes meet at most at equals
+        last, first = before.column("k")[-1].as_py(), after.column("k")[0].as_py()
+        assert first is None or (last is not None and last <= first)
+    assert not (tmp_path / "spill" / "sort-runs").exists()
+
+
+def test_a_representative_first_run_cuts_nothing_again(tmp_path: Path) -> None:
+    """Shuffled input of many distinct keys: the first run's splitter deals the lanes evenly, no range is
+    cut again."""
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 1 << 40, 8000)
+    table = pa.table({"k": pa.array(keys, pa.int64()), "id": pa.array(np.arange(8000), pa.int64())})
+    out, stats = _lanes_with_stats(table, [("k", False, True)], tmp_path)
+    assert stats.recut_bytes == 0
+    assert stats.lanes == 2
+    assert pa.concat_tables(out).column("k").to_pylist() == sorted(keys.tolist(), reverse=True)

@@ -1,0 +1,348 @@
+"""Equality delete rows too large to hold, kept on disk in key-hash order and memory-mapped.
+
+:class:`~.keysets.DeleteKeys` holds every delete row in memory (about the keys' Arrow size); when that
+is more than the memory limit allows, the key join of :mod:`.matches` used to match the data files'
+key columns before the rows streamed, reading each data file's key columns twice. Here only the delete
+rows' sorted 32-bit key hashes (4 bytes a row) and a bitmap of them stay in memory; the rows themselves
+(keys, sequence number, partition id), deduplicated as :class:`~.keysets.DeleteKeys` does, are written
+once in hash order to a local Arrow IPC file and memory-mapped. A data row whose hash no delete row has
+is not deleted (most rows: a bitmap lookup); the few others are compared, every key column exactly and
+null-safely, with the mapped rows of their hash, so the data files are still read once, as they stream.
+
+The rows are sorted without holding them: they are split by hash range into staged buckets that each
+fit a bucket budget, then each bucket is sorted and appended, range after range. Pages of the mapping
+the comparisons touched are dropped after each probe (``MADV_DONTNEED``; the kernel's page cache keeps
+the file), so the process's resident memory does not grow with the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import shutil
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from airflow_provider_iceberg_exec.engine.deletes.keysets import (
+    HASH_BYTES,
+    DeleteKeys,
+    HashSet,
+    equal_null_safe,
+    key_hashes,
+)
+from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow as pa
+
+__all__ = ["MappedDeleteKeys", "map_delete_keys", "mapped_bytes", "remove_mapped"]
+
+#: most hash ranges the delete rows are split into (each an open stager with a buffered row group)
+_MAX_RANGES = 256
+_MIN_ROW_GROUP_BYTES = 16384
+_RANGE_CHUNKS = 256
+#: a mapped row's sequence number and partition id, side by side
+_ROW_DTYPE = [("seq", "<i8"), ("part", "<i4")]
+_HASH = "__iceberg_exec_mapped_hash"
+
+
+def mapped_bytes(rows: int) -> int:
+    """Memory :class:`MappedDeleteKeys` holds for ``rows`` delete rows: their hashes and the bitmap."""
+    return rows * HASH_BYTES + HashSet.BITMAP_BYTES
+
+
+class MappedDeleteKeys:
+    """Delete rows on disk in key-hash order, memory-mapped: which data rows they delete.
+
+    The same answers as :class:`~.keysets.DeleteKeys` (same key null-safely, higher sequence number, same
+    partition unless global), with only the rows' hashes in memory. Built by :func:`map_delete_keys`;
+    :meth:`close` unmaps the files (the caller removes the directory).
+
+    :param keys_path: the Arrow IPC file of the key columns, one record batch per hash range.
+    :param rows_path: each row's sequence number and partition id (:data:`_ROW_DTYPE`), in the same order.
+    :param hashes: each row's key hash, in the same (ascending) order.
+    :param is_global: the deletes apply whatever the data row's partition.
+    """
+
+    #: most candidate pairs (probe row, mapped row of the same hash) compared at once
+    MAX_CANDIDATES = 1 << 20
+
+    def __init__(
+        self, keys_path: str, rows_path: str, hashes: npt.NDArray[np.uint32], *, is_global: bool
+    ) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        self._global = is_global
+        #: the hashes in ascending order, with repeats: their positions are the mapped rows'
+        self.hashes = HashSet(hashes, presorted=True)
+        self._maps: list[mmap.mmap] = []
+        self._lock = threading.Lock()
+        keys = self._map(keys_path)
+        self._keys_map = keys
+        view = pa.py_buffer(keys)
+        reader = pa.ipc.open_file(view)
+        self._chunks = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        self._spans = [_span(chunk, view.address, len(keys)) for chunk in self._chunks]
+        self._starts = np.cumsum([0, *(c.num_rows for c in self._chunks)]).astype(np.int64)
+        self._rows_map = self._map(rows_path)
+        rows = np.frombuffer(self._rows_map, dtype=np.dtype(_ROW_DTYPE))
+        self._seqs, self._parts = rows["seq"], rows["part"]
+        if not (len(rows) == len(hashes) == self._starts[-1]):
+            raise ValueError("mapped delete rows, their hashes and their keys differ in length")
+
+    def _map(self, path: str) -> mmap.mmap:
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._maps.append(mapped)
+        return mapped
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    def deleted(
+        self,
+        keys: Sequence[pa.Array],
+        hashes: npt.NDArray[np.uint32],
+        sequence_numbers: npt.NDArray[np.int64],
+        partitions: npt.NDArray[np.int32],
+    ) -> npt.NDArray[np.bool_]:
+        """Which of these data rows (key columns, :func:`~.keysets.key_hashes`, sequence numbers, partition
+        ids) a delete row deletes: same key null-safely, higher sequence number, same partition unless
+        global."""
+        import numpy as np
+
+        deleted = np.zeros(len(hashes), dtype=bool)
+        try:
+            self._mark(deleted, keys, hashes, sequence_numbers, partitions, 0)
+        finally:
+            self._release()
+        return deleted
+
+    def _mark(
+        self,
+        deleted: npt.NDArray[np.bool_],
+        keys: Sequence[pa.Array],
+        hashes: npt.NDArray[np.uint32],
+        sequence_numbers: npt.NDArray[np.int64],
+        partitions: npt.NDArray[np.int32],
+        offset: int,
+    ) -> None:
+        """Set ``deleted[offset + row]`` for the rows of this slice of the probe that a delete row deletes."""
+        import numpy as np
+        import pyarrow as pa
+
+        ordered = self.hashes.sorted
+        low = np.searchsorted(ordered, hashes, side="left")
+        count = np.searchsorted(ordered, hashes, side="right") - low
+        total = int(count.sum())
+        if total > self.MAX_CANDIDATES and len(hashes) > 1:  # keys repeated in many partitions: halves
+            half = len(hashes) // 2
+            for part in (slice(0, half), slice(half, None)):
+                self._mark(
+                    deleted,
+                    [k[part] for k in keys],
+                    hashes[part],
+                    sequence_numbers[part],
+                    partitions[part],
+                    offset + (part.start or 0),
+                )
+            return
+        rows = np.flatnonzero(count)
+        if not len(rows):
+            return
+        counts, at = count[rows], low[rows]
+        if total > len(rows):  # a hash several mapped rows have: one candidate each
+            rows = np.repeat(rows, counts)
+            at = np.repeat(at, counts) + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        possible = self._seqs[at] > sequence_numbers[rows]
+        if not self._global:
+            possible &= self._parts[at] == partitions[rows]
+        self._drop(self._rows_map, (0, len(self._rows_map)))
+        rows, at = rows[possible], at[possible]
+        if not len(rows):
+            return
+        # Compare the keys chunk by chunk of the mapping (a take across chunks would concatenate them).
+        chunk = np.searchsorted(self._starts, at, side="right") - 1
+        order = np.argsort(chunk, kind="stable")
+        rows, at, chunk = rows[order], at[order], chunk[order]
+        firsts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
+        for start, end in zip(firsts, [*firsts[1:], len(chunk)], strict=True):
+            held = self._chunks[int(chunk[start])]
+            probe_rows = pa.array(rows[start:end])
+            held_rows = pa.array(at[start:end] - self._starts[chunk[start]])
+            equal = np.ones(end - start, dtype=bool)
+            for probe, column in zip(keys, held.columns, strict=True):
+                equal &= equal_null_safe(probe.take(probe_rows), column.take(held_rows))
+            deleted[offset + rows[start:end][equal]] = True
+            # The kernel maps up to 64 KiB around each page a comparison faulted in: a probe touching
+            # every chunk would hold the whole file; dropped chunk by chunk, it holds about one.
+            self._drop(self._keys_map, self._spans[int(chunk[start])])
+
+    def _drop(self, mapped: mmap.mmap, span: tuple[int, int]) -> None:
+        """Drop the pages of ``span`` (start, end) of ``mapped`` from the process."""
+        with self._lock:
+            if not mapped.closed and span[1] > span[0]:
+                mapped.madvise(mmap.MADV_DONTNEED, span[0], span[1] - span[0])
+
+    def _release(self) -> None:
+        """Drop the mapped pages from the process (the page cache keeps them): memory stays flat."""
+        with self._lock:
+            for mapped in self._maps:
+                if not mapped.closed:
+                    mapped.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        """Unmap the files (views still alive elsewhere keep a mapping until they go)."""
+        self._chunks = []
+        self._seqs = self._parts = None  # type: ignore[assignment]
+        for mapped in self._maps:
+            with contextlib.suppress(BufferError):  # an array still views it: unmapped when that goes
+                mapped.close()
+
+
+def map_delete_keys(
+    batches: Iterable[pa.RecordBatch],
+    names: Sequence[str],
+    *,
+    rows: int,
+    row_bytes: float,
+    is_global: bool,
+    directory: str,
+    bucket_bytes: int,
+    seq_column: str,
+    part_column: str,
+) -> MappedDeleteKeys | None:
+    """Write the delete rows of ``batches`` (key columns ``names``, a sequence number and a partition id
+    column) to ``directory`` in key-hash order, deduplicated, and map them; ``None`` when there are none.
+
+    :param rows: about how many rows ``batches`` hold (the delete files' record counts).
+    :param row_bytes: about the Arrow bytes of a row: with ``rows``, how many hash ranges to split into.
+    :param bucket_bytes: about the most bytes of one hash range, held in memory while it is sorted.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    os.makedirs(directory, exist_ok=True)
+    ranges = max(1, min(_MAX_RANGES, -(-int(rows * row_bytes * 1.25) // max(1, bucket_bytes))))
+    row_group = max(_MIN_ROW_GROUP_BYTES, bucket_bytes // 4 // ranges)
+    stagers = [
+        StagedParquet(os.path.join(directory, f"range-{r:03d}"), row_group, _RANGE_CHUNKS)
+        for r in range(ranges)
+    ]
+    keys_path = os.path.join(directory, "keys.arrow")
+    rows_path = os.path.join(directory, "rows.bin")
+    hashes: list[npt.NDArray[np.uint32]] = []
+    try:
+        for batch in batches:
+            hashed = key_hashes([batch.column(n) for n in names])
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    *(batch.column(n) for n in names),
+                    batch.column(seq_column),
+                    batch.column(part_column),
+                    pa.array(hashed, type=pa.uint32()),
+                ],
+                names=[*names, seq_column, part_column, _HASH],
+            )
+            which = _range_of(hashed, ranges)
+            order = np.argsort(which, kind="stable")
+            values, starts = np.unique(which[order], return_index=True)
+            for value, start, end in zip(values, starts, [*starts[1:], len(order)], strict=True):
+                # a copy, not a slice: a stager keeps what it is given until its row group fills
+                stagers[int(value)].write(batch.take(pa.array(order[start:end])))
+        written = [stager.close() for stager in stagers]
+        if not any(written):
+            return None
+        schema: pa.Schema | None = None
+        writer = None
+        with open(rows_path, "wb") as rows_out:
+            for stager, has_rows in zip(stagers, written, strict=True):
+                if not has_rows:
+                    continue
+                sorted_keys, sorted_hashes, parts, seqs = _sorted_range(
+                    _batches_of(stager.path), names, seq_column, part_column, is_global=is_global
+                )
+                stager.remove()
+                chunk = pa.RecordBatch.from_arrays(list(sorted_keys), names=list(names))
+                if writer is None:
+                    schema = chunk.schema
+                    writer = pa.ipc.new_file(keys_path, schema)
+                writer.write_batch(chunk)
+                record = np.empty(len(seqs), dtype=np.dtype(_ROW_DTYPE))
+                record["seq"], record["part"] = seqs, parts
+                record.tofile(rows_out)
+                hashes.append(sorted_hashes)
+                del chunk, sorted_keys
+        assert writer is not None
+        writer.close()
+    finally:
+        for stager in stagers:
+            stager.remove()
+    return MappedDeleteKeys(keys_path, rows_path, np.concatenate(hashes), is_global=is_global)
+
+
+def _span(chunk: pa.RecordBatch, base: int, size: int) -> tuple[int, int]:
+    """The pages of a mapping of ``size`` bytes at ``base`` that ``chunk``'s buffers lie in: start, end."""
+    starts, ends = [], []
+    for column in chunk.columns:
+        for buffer in column.buffers():
+            if buffer is not None and buffer.size:
+                starts.append(buffer.address - base)
+                ends.append(buffer.address - base + buffer.size)
+    if not starts:
+        return 0, 0
+    page = mmap.PAGESIZE
+    return min(starts) // page * page, min(size, -(-max(ends) // page) * page)
+
+
+def _range_of(hashes: npt.NDArray[np.uint32], ranges: int) -> npt.NDArray[np.int64]:
+    """The hash range (0 .. ``ranges`` - 1) of each hash: ranges in ascending hash order."""
+    import numpy as np
+
+    return ((hashes.astype(np.uint64) * np.uint64(ranges)) >> np.uint64(32)).astype(np.int64)
+
+
+def _sorted_range(
+    batches: Iterator[pa.RecordBatch],
+    names: Sequence[str],
+    seq_column: str,
+    part_column: str,
+    *,
+    is_global: bool,
+) -> tuple[list[pa.Array], npt.NDArray[np.uint32], npt.NDArray[np.int32], npt.NDArray[np.int64]]:
+    """The staged delete rows of one hash range, deduplicated and sorted by hash and partition id."""
+    import numpy as np
+    import pyarrow as pa
+
+    table = pa.Table.from_batches(list(batches)).combine_chunks()
+    held = DeleteKeys(
+        [table.column(n).combine_chunks() for n in names],
+        table.column(_HASH).to_numpy().astype(np.uint32),
+        table.column(seq_column).to_numpy().astype(np.int64),
+        table.column(part_column).to_numpy().astype(np.int32),
+        is_global=is_global,
+    )
+    del table
+    return held.sorted_rows()
+
+
+def _batches_of(path: str) -> Iterator[pa.RecordBatch]:
+    """The batches of a closed staged set, part after part."""
+    import pyarrow.parquet as pq
+
+    if not os.path.isdir(path):
+        return
+    for name in sorted(os.listdir(path)):
+        yield from pq.ParquetFile(os.path.join(path, name)).iter_batches(
+            batch_size=1 << 20, use_threads=False
+        )
+
+
+def remove_mapped(directory: str) -> None:
+    """Remove what :func:`map_delete_keys` wrote under ``directory``."""
+    shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,265 @@
+"""engine/deletes/mapped.py: equality delete rows mapped from disk in key-hash order delete exactly the rows
+the in-memory :class:`DeleteKeys` deletes (same key null-safely, higher sequence number, same partition
+unless global), however many hash ranges they were sorted in, whatever the hashes say."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_iceberg_exec.engine.deletes import mapped as mapped_module
+from airflow_provider_iceberg_exec.engine.deletes.keysets import DeleteKeys, key_hashes
+from airflow_provider_iceberg_exec.engine.deletes.mapped import (
+    MappedDeleteKeys,
+    map_delete_keys,
+    mapped_bytes,
+    remove_mapped,
+)
+
+SEQ, PART = "seq", "part"
+
+
+def _map(
+    directory: str,
+    columns: list[pa.Array],
+    seqs: list[int],
+    parts: list[int],
+    *,
+    is_global: bool,
+    bucket_bytes: int = 1,
+    batch_rows: int = 7,
+) -> MappedDeleteKeys | None:
+    """The delete rows in batches of ``batch_rows``; ``bucket_bytes=1``: as many hash ranges as rows."""
+    names = [f"k{i}" for i in range(len(columns))]
+    table = pa.table(
+        [*columns, pa.array(seqs, pa.int64()), pa.array(parts, pa.int32())], names=[*names, SEQ, PART]
+    )
+    return map_delete_keys(
+        table.to_batches(max_chunksize=batch_rows),
+        names,
+        rows=table.num_rows,
+        row_bytes=table.nbytes / max(1, table.num_rows),
+        is_global=is_global,
+        directory=directory,
+        bucket_bytes=bucket_bytes,
+        seq_column=SEQ,
+        part_column=PART,
+    )
+
+
+def _deleted(
+    keys: MappedDeleteKeys | DeleteKeys,
+    columns: list[pa.Array],
+    seqs: list[int],
+    parts: list[int],
+    hashes: np.ndarray | None = None,
+) -> list[bool]:
+    deleted: list[bool] = keys.deleted(
+        columns,
+        key_hashes(columns) if hashes is None else hashes,
+        np.array(seqs, dtype=np.int64),
+        np.array(parts, dtype=np.int32),
+    ).tolist()
+    return deleted
+
+
+def test_no_delete_rows_map_to_nothing(tmp_path: Path) -> None:
+    assert _map(str(tmp_path / "m"), [pa.array([], pa.string())], [], [], is_global=True) is None
+
+
+def test_keys_spread_over_many_ranges_are_found_in_hash_order(tmp_path: Path) -> None:
+    """Thousands of keys in about 256 hash ranges: each range a chunk of the mapped file, the hashes in
+    ascending order, every delete key found and no other."""
+    keys = [f"key-{i:06d}" for i in range(0, 6000, 2)]
+    held = _map(str(tmp_path / "m"), [pa.array(keys)], [5] * len(keys), [0] * len(keys), is_global=True)
+    assert held is not None
+    try:
+        assert len(held) == len(keys)
+        assert len(held._chunks) > 100
+        assert (np.diff(held.hashes.sorted.astype(np.int64)) >= 0).all()
+        probe = [f"key-{i:06d}" for i in range(6000)]
+        got = _deleted(held, [pa.array(probe)], [1] * len(probe), [0] * len(probe))
+        assert got == [i % 2 == 0 for i in range(6000)]
+    finally:
+        held.close()
+
+
+def test_null_keys_match_null_keys_only_and_deletes_apply_to_older_rows(tmp_path: Path) -> None:
+    held = _map(str(tmp_path / "m"), [pa.array(["a", None])], [5, 5], [0, 0], is_global=True)
+    assert held is not None
+    data = [pa.array(["a", None, "a", "b", None])]
+    assert _deleted(held, data, [4, 4, 5, 4, 6], [0, 0, 0, 0, 0]) == [True, True, False, False, False]
+    held.close()
+
+
+def test_duplicate_keys_keep_their_highest_sequence_number_and_partitions_apart(tmp_path: Path) -> None:
+    held = _map(
+        str(tmp_path / "m"),
+        [pa.array(["a", "a", "a", "b", "b"])],
+        [3, 8, 5, 2, 9],
+        [0, 0, 0, 1, 2],
+        is_global=False,
+    )
+    assert held is not None
+    assert len(held) == 3  # "a" once, "b" in each of its partitions
+    data = [pa.array(["a", "a", "b", "b", "b"])]
+    assert _deleted(held, data, [7, 8, 1, 1, 9], [0, 0, 1, 2, 2]) == [True, False, True, True, False]
+    held.close()
+
+
+def test_a_hash_collision_never_deletes_a_row(tmp_path: Path) -> None:
+    held = _map(str(tmp_path / "m"), [pa.array(["a", "b", "c"])], [2, 2, 2], [0, 0, 0], is_global=True)
+    assert held is not None
+    same = np.repeat(held.hashes.sorted[:1], 5)  # every probe row given a hash the mapped rows have
+    data = [pa.array(["b", "z", "c", "a", "y"])]
+    got = _deleted(held, data, [1] * 5, [0] * 5, hashes=same)
+    expected = [
+        key in {"a", "b", "c"} and key_hashes([pa.array([key])])[0] == same[0] for key in data[0].to_pylist()
+    ]
+    assert got == expected
+    held.close()
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([1, None, 2**40, -3], pa.int64()),
+        pa.array([1, None, 7, -3], pa.int32()),
+        pa.array([b"\x00", None, b"xy", b""], pa.binary()),
+        pa.array(
+            [decimal.Decimal("1.20"), None, decimal.Decimal("-4.00"), decimal.Decimal(0)], pa.decimal128(9, 2)
+        ),
+        pa.array([datetime.date(2020, 1, 1), None, datetime.date(1970, 1, 1), datetime.date(2999, 12, 31)]),
+        pa.array([uuid.UUID(int=i).bytes if i else None for i in range(4)], pa.uuid()),
+        pa.array(
+            [datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC), None] * 2, pa.timestamp("us", tz="UTC")
+        ),
+    ],
+    ids=["long", "int", "binary", "decimal", "date", "uuid", "timestamptz"],
+)
+def test_keys_of_several_types_match_as_in_memory(tmp_path: Path, column: pa.Array) -> None:
+    seqs, parts = [3, 3, 3, 1], [0, 0, 0, 0]
+    held = _map(str(tmp_path / "m"), [column], seqs, parts, is_global=True)
+    in_memory = DeleteKeys(
+        [column], key_hashes([column]), np.array(seqs), np.array(parts, np.int32), is_global=True
+    )
+    assert held is not None
+    probe = pa.concat_arrays([column, column.slice(0, 2)])
+    data_seqs, data_parts = [2] * len(probe), [0] * len(probe)
+    assert _deleted(held, [probe], data_seqs, data_parts) == _deleted(
+        in_memory, [probe], data_seqs, data_parts
+    )
+    held.close()
+
+
+def test_a_probe_over_the_candidate_cap_is_matched_in_halves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(MappedDeleteKeys, "MAX_CANDIDATES", 3)
+    keys = [f"k{i % 4}" for i in range(40)]
+    held = _map(str(tmp_path / "m"), [pa.array(keys)], [2] * 40, list(range(40)), is_global=False)
+    assert held is not None
+    probe = ["k1", "k2", "zz", "k1", "k0", "k3"] * 3
+    parts = list(range(len(probe)))
+    expected = [key in keys and keys[part] == key for key, part in zip(probe, parts, strict=True)]
+    assert _deleted(held, [pa.array(probe)], [1] * len(probe), parts) == expected
+    held.close()
+
+
+def test_memory_is_the_hashes_and_the_mapped_pages_are_dropped(tmp_path: Path) -> None:
+    """What stays in memory is 4 bytes a row and the bitmap; the rows themselves are in files under the
+    directory, whose pages a probe leaves unmapped."""
+    directory = str(tmp_path / "m")
+    keys = [f"{i:090d}" for i in range(20_000)]
+    held = _map(
+        directory, [pa.array(keys)], [2] * len(keys), [0] * len(keys), is_global=True, bucket_bytes=1 << 16
+    )
+    assert held is not None
+    assert mapped_bytes(len(held)) == 4 * len(held) + held.hashes.BITMAP_BYTES
+    assert os.path.getsize(os.path.join(directory, "keys.arrow")) > 90 * len(keys)
+    assert _deleted(held, [pa.array(keys[::7])], [1] * len(keys[::7]), [0] * len(keys[::7])) == [True] * len(
+        keys[::7]
+    )
+    held.close()
+    remove_mapped(directory)
+    assert not os.path.exists(directory)
+
+
+def test_staged_ranges_are_removed_once_mapped(tmp_path: Path) -> None:
+    directory = tmp_path / "m"
+    held = _map(str(directory), [pa.array(["a", "b", "c"])], [1, 1, 1], [0, 0, 0], is_global=True)
+    assert held is not None
+    assert sorted(os.listdir(directory)) == ["keys.arrow", "rows.bin"]
+    held.close()
+
+
+keys_strategy = st.lists(st.one_of(st.none(), st.integers(0, 6)), min_size=0, max_size=30)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    delete_ids=keys_strategy,
+    delete_names=st.lists(st.one_of(st.none(), st.sampled_from(["p", "q"])), min_size=30, max_size=30),
+    data_ids=keys_strategy,
+    seed=st.integers(0, 2**16),
+    is_global=st.booleans(),
+    bucket_bytes=st.sampled_from([1, 64, 1 << 20]),
+)
+def test_agrees_with_the_rule_row_by_row(
+    tmp_path_factory: pytest.TempPathFactory,
+    delete_ids: list[int | None],
+    delete_names: list[str | None],
+    data_ids: list[int | None],
+    seed: int,
+    is_global: bool,
+    bucket_bytes: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    d_names = delete_names[: len(delete_ids)]
+    d_seqs = rng.integers(1, 5, len(delete_ids)).tolist()
+    d_parts = rng.integers(0, 3, len(delete_ids)).tolist()
+    names = rng.choice(np.array(["p", "q", None], dtype=object), len(data_ids)).tolist()
+    seqs = rng.integers(0, 5, len(data_ids)).tolist()
+    parts = rng.integers(0, 3, len(data_ids)).tolist()
+    directory = str(tmp_path_factory.mktemp("mapped"))
+    held = _map(
+        directory,
+        [pa.array(delete_ids, pa.int64()), pa.array(d_names, pa.string())],
+        d_seqs,
+        d_parts,
+        is_global=is_global,
+        bucket_bytes=bucket_bytes,
+    )
+    expected = [
+        any(
+            (delete_ids[j], d_names[j]) == (data_ids[i], names[i])
+            and d_seqs[j] > seqs[i]
+            and (is_global or d_parts[j] == parts[i])
+            for j in range(len(delete_ids))
+        )
+        for i in range(len(data_ids))
+    ]
+    if held is None:
+        assert not delete_ids
+        return
+    got = _deleted(held, [pa.array(data_ids, pa.int64()), pa.array(names, pa.string())], seqs, parts)
+    held.close()
+    assert got == expected
+
+
+def test_module_names_what_it_exports() -> None:
+    assert set(mapped_module.__all__) == {
+        "MappedDeleteKeys",
+        "map_delete_keys",
+        "mapped_bytes",
+        "remove_mapped",
+    }
