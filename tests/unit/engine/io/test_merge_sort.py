@@ -473,7 +473,8 @@ def test_a_first_run_unlike_the_rest_is_cut_again_from_every_run(tmp_path: Path,
     are disjoint and in order, no row is lost or repeated, nulls stay where the order puts them."""
     rng = np.random.default_rng(4)
     count = 8105  # runs of 900 rows: the last run's 5 rows are a piece too small to give a sample row
-    keys = np.concatenate([np.sort(rng.integers(0, 50, 600)), rng.integers(50, 100_000, count - 600)])
+    # the whole first run (900 rows) below every other key
+    keys = np.concatenate([np.sort(rng.integers(0, 50, 900)), rng.integers(50, 100_000, count - 900)])
     f = pa.array(rng.choice([1.5, -0.0, 0.0, np.nan], count), pa.float64(), mask=rng.random(count) < 0.05)
     table = pa.table(
         {
