@@ -293,8 +293,9 @@ def _split_manifests(
             attempt.removed_counts.remove(data_file)
             if data_file.content == DataFileContent.DATA:
                 own = removed_data.get(identity)
-                same = own is not None and _same_place(own, data_file, default_spec_id)
-                split.removed_data_files.append(own if same and own is not None else drop_metrics(data_file))
+                if own is None or not _same_place(own, data_file, default_spec_id):
+                    own = drop_metrics(data_file)
+                split.removed_data_files.append(own)
         if removes:
             attempt.rewrites.append(ManifestRewrite(manifest, ids))
         else:
