@@ -14,7 +14,7 @@ one run never touch the disk.
 and finished on its own, for a writer each: every run is cut as it is spilled at splitters taken from
 the first run (sorted with the run's rows, so the cut follows the sort's own order), four ranges per lane.
 After the last run, a range the first run misjudged (input whose first run is unlike the rest) is cut
-again at splitters sampled from every run's piece of it, until the lanes are within 10 % of their share;
+again at splitters sampled from every run's piece of it, until no lane holds more than 1.5x its share;
 the key ranges are dealt to the lanes by their bytes.
 
 Both sides order rows the same way: DataFusion compares floating-point values by their total order
