@@ -500,7 +500,7 @@ def test_the_rewrite_streams(catalog: SqlCatalog, tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(pq.ParquetFile, "read", forbidden)
     # A tiny file (<= 64 KiB stored) is read whole by design (io/read.py): its bytes bound what it holds.
     # This test's files are that small: the streamed path, which every larger file takes, is checked.
-    monkeypatch.setattr(read_module, "_TINY_FILE_BYTES", 1)
+    monkeypatch.setattr(read_module, "TINY_FILE_BYTES", 1)
     monkeypatch.setattr(datafusion.DataFrame, "collect", forbidden)
     monkeypatch.setattr(datafusion.DataFrame, "to_arrow_table", forbidden)
     cow_rewrite(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ from airflow_provider_iceberg_exec.engine.io.read import (
     iter_data_file_batches,
     read_batch_rows,
     read_files_ahead,
+    read_files_joined,
 )
 from airflow_provider_iceberg_exec.engine.io.session import release_memory
 from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
@@ -162,7 +163,7 @@ def _stream(
     parts = [partition_id(partitions, scanned.data_file) for scanned in files] if held else []
     cache = ProjectionCache()
 
-    def read(job: tuple[int, ScannedFile]) -> Iterator[tuple[pa.RecordBatch, npt.NDArray[np.bool_] | None]]:
+    def read(job: tuple[int, ScannedFile]) -> Iterator[Read]:
         ordinal, scanned = job
         data_file = scanned.data_file
         batches = iter_data_file_batches(
@@ -195,7 +196,29 @@ def _stream(
             taken.append(job[1])
             yield job
 
-    streams = read_files_ahead(jobs(), read, lambda job: job[1].data_file.file_size_in_bytes)
+    def read_plain(plain: list[ScannedFile]) -> list[Read]:
+        joined = read_files_joined(
+            io,
+            [scanned.data_file for scanned in plain],
+            table_schema=schema,
+            specs=specs,
+            name_mapping=name_mapping,
+            format_version=metadata.format_version,
+            batch_size=limits.batch_size,
+            cache=cache,
+        )
+        return [(batch, None) for batch in joined]
+
+    # Without deletes to apply (nor lineage to materialise), a file's rows pass as they are read: the small
+    # files a worker reads in one run are joined there (the work a batch here and downstream outweighs a
+    # tiny file's).
+    no_deletes = not (held or joined or row_lineage)
+    streams = read_files_ahead(
+        jobs(),
+        read,
+        lambda job: job[1].data_file.file_size_in_bytes,
+        read_run=lambda run: _read_run(run, read, read_plain) if no_deletes else (list(read(j)) for j in run),
+    )
     try:
         for ordinal, batches in enumerate(streams):
             scanned = taken.popleft()
@@ -204,6 +227,43 @@ def _stream(
             progress.advance(files=1, bytes_done=scanned.data_file.file_size_in_bytes)
     finally:
         streams.close()
+
+
+#: A data file's batch with the mask of its rows held equality deletes match (``None``: none apply).
+Read = tuple["pa.RecordBatch", "npt.NDArray[np.bool_] | None"]
+
+
+def _read_run(
+    run: list[tuple[int, ScannedFile]],
+    read: Callable[[tuple[int, ScannedFile]], Iterator[Read]],
+    read_plain: Callable[[list[ScannedFile]], list[Read]],
+) -> Iterator[list[Read]]:
+    """Each file's batches, for a run of files read on one worker: consecutive files with no delete
+    files are read by ``read_plain`` at once, their rows given to the first of them and none to the rest.
+
+    When that read fails, its files are read again one by one: the files before the failing one come
+    first and its error in its own turn, as when each file is read alone.
+    """
+    start = 0
+    while start < len(run):
+        end = start
+        while end < len(run) and not run[end][1].delete_files:
+            end += 1
+        if end == start:
+            end += 1
+        else:
+            try:
+                joined = read_plain([scanned for _, scanned in run[start:end]])
+            except Exception:  # raised again below, by the file that fails, in its turn
+                pass
+            else:
+                yield joined
+                yield from ([] for _ in range(start + 1, end))
+                start = end
+                continue
+        for job in run[start:end]:
+            yield list(read(job))
+        start = end
 
 
 class _Matches:

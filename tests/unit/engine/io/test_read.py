@@ -210,3 +210,50 @@ def test_reads_ahead_are_bounded_in_stored_bytes() -> None:
     with closing(read_files_ahead(files, _fake_read(log), _size)) as streams:
         list(next(streams))
     assert len(log) * size <= _AHEAD_STORED_BYTES + size
+
+
+def test_runs_stay_whole_as_the_window_moves() -> None:
+    """Runs are handed to workers whole: topping the window up file by file made every run after the
+    first one file long (a task and a GIL hand-over a tiny file)."""
+    runs: list[int] = []
+    lock = threading.Lock()
+
+    def read_run(items: list[tuple[str, int]]) -> Iterator[list[pa.RecordBatch]]:
+        with lock:
+            runs.append(len(items))
+        for item in items:
+            yield list(_fake_read([])(item))
+
+    files = [(f"f{i}", 10) for i in range(20 * _RUN_FILES)]
+    got = [
+        b.column("file")[0].as_py()
+        for batches in read_files_ahead(files, _fake_read([]), _size, read_run=read_run)
+        for b in batches
+    ]
+    assert got == [name for name, _ in files for _ in range(2)]
+    assert runs == [_RUN_FILES] * 20
+
+
+def test_a_run_reader_may_give_one_file_the_rows_of_several_and_its_error_is_the_next_files() -> None:
+    import pyarrow as pa
+
+    def read_run(items: list[tuple[str, int]]) -> Iterator[list[pa.RecordBatch]]:
+        names = [name for name, _ in items]
+        if "bad" in names:
+            before = names[: names.index("bad")]
+            yield [pa.record_batch({"file": before})]
+            for _ in before[1:]:
+                yield []
+            raise ValueError("bad is corrupt")
+        yield [pa.record_batch({"file": names})]
+        for _ in names[1:]:
+            yield []
+
+    files = [("a", 10), ("b", 10), ("c", 10), ("bad", 10), ("d", 10)]
+    streams = read_files_ahead(files, _fake_read([]), _size, read_run=read_run)
+    assert [b.column("file").to_pylist() for b in next(streams)] == [["a", "b", "c"]]
+    assert list(next(streams)) == []
+    assert list(next(streams)) == []
+    with pytest.raises(ValueError, match="bad is corrupt"):
+        next(streams)
+    streams.close()

@@ -1,5 +1,6 @@
 """The per-schema projection cache and its relabelling fast path give exactly PyIceberg's projection,
-file after file, for files of one schema and of evolved ones; tiny batches coalesce without a row moved."""
+file after file, for files of one schema and of evolved ones; tiny batches coalesce without a row moved;
+tiny files read joined give the rows of the files read one by one."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from airflow_provider_iceberg_exec.engine.io.read import (
     ProjectionCache,
     coalesce_batches,
     iter_data_file_batches,
+    read_files_joined,
 )
 
 TABLE = Schema(
@@ -267,3 +269,106 @@ def test_files_of_one_schema_in_other_partitions_get_their_own_fill_values(tmp_p
         )
         got.append(pa.Table.from_batches(list(batches)).column("qty").to_pylist())
     assert got == [[7] * 3, [7] * 3, [9] * 3, [7] * 3]
+
+
+def _claiming(
+    written: DataFile, *, spec_id: int = 0, partition: Record | None = None, **claims: int
+) -> DataFile:
+    """``written`` with its partition, spec and manifest claims (size, record count) replaced."""
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=written.file_path,
+        file_format=FileFormat.PARQUET,
+        partition=partition if partition is not None else Record(),
+        record_count=claims.get("record_count", written.record_count),
+        file_size_in_bytes=claims.get("file_size_in_bytes", written.file_size_in_bytes),
+    )
+    data_file.spec_id = spec_id  # not a field of the entry: PyIceberg's readers set it this way
+    return data_file
+
+
+def test_files_read_joined_give_the_rows_of_each_file_read_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tiny files are joined only across files of one schema, spec and partition fill: evolved, reordered
+    and partition-filled files keep their own projection; a file larger than its claim and one over the
+    tiny size are streamed in their place."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    import airflow_provider_iceberg_exec.engine.io.read as read_module
+
+    partitioned = PartitionSpec(PartitionField(3, 1000, IdentityTransform(), "qty"), spec_id=1)
+    specs = {0: UNPARTITIONED_PARTITION_SPEC, 1: partitioned}
+    layouts = [SAME, SAME, SAME, EVOLVED, REORDERED, REORDERED, SAME, "understated", "large", SAME]
+    layouts += [("filled", 7), ("filled", 7), ("filled", 9), SAME]
+    files = []
+    for number, layout in enumerate(layouts):
+        path = tmp_path / f"f{number}.parquet"
+        if isinstance(layout, tuple):
+            written = _write(path, MISSING, rows=5, start=number * 100)
+            files.append(_claiming(written, spec_id=1, partition=Record(layout[1])))
+        elif layout == "understated":
+            written = _write(path, SAME, rows=5, start=number * 100)
+            files.append(_claiming(written, file_size_in_bytes=written.file_size_in_bytes // 2))
+        elif layout == "large":
+            files.append(_claiming(_write(path, SAME, rows=5000, start=number * 100)))
+        else:
+            files.append(_claiming(_write(path, layout, rows=5, start=number * 100)))
+    # The "large" file is over the tiny size: streamed, not joined.
+    monkeypatch.setattr(read_module, "TINY_FILE_BYTES", files[layouts.index("large")].file_size_in_bytes - 1)
+
+    def read_alone(data_file: DataFile) -> list[pa.RecordBatch]:
+        return list(
+            iter_data_file_batches(
+                PyArrowFileIO(),
+                data_file,
+                table_schema=TABLE,
+                spec=specs[data_file.spec_id],
+                name_mapping=None,
+                format_version=2,
+                batch_size=64,
+            )
+        )
+
+    joined = read_files_joined(
+        PyArrowFileIO(),
+        files,
+        table_schema=TABLE,
+        specs=specs,
+        name_mapping=None,
+        format_version=2,
+        batch_size=64,
+        cache=ProjectionCache(),
+    )
+    alone = [batch for data_file in files for batch in read_alone(data_file)]
+    assert pa.Table.from_batches(joined).equals(pa.Table.from_batches(alone))
+    for batch in joined:
+        assert batch.schema.equals(alone[0].schema, check_metadata=True)
+    # Joined where they may be: the first three files are one batch, the filled ones by their partition.
+    assert joined[0].num_rows == 15
+    assert len(joined) < len(alone)
+    assert [
+        b.column("qty").to_pylist() for b in joined if b.num_rows and b.column("qty")[0].as_py() in (7, 9)
+    ] == [
+        [7] * 10,
+        [9] * 5,
+    ]
+
+
+def test_a_file_read_joined_whose_rows_differ_from_its_manifest_fails(tmp_path: Path) -> None:
+    from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
+
+    good = _claiming(_write(tmp_path / "good.parquet", SAME, rows=10, start=0))
+    bad = _claiming(_write(tmp_path / "bad.parquet", SAME, rows=10, start=10), record_count=11)
+    with pytest.raises(DataFileReadError, match=r"bad\.parquet holds 10 rows but its manifest entry says 11"):
+        read_files_joined(
+            PyArrowFileIO(),
+            [good, bad],
+            table_schema=TABLE,
+            specs={0: UNPARTITIONED_PARTITION_SPEC},
+            name_mapping=None,
+            format_version=2,
+            batch_size=64,
+            cache=ProjectionCache(),
+        )
