@@ -63,11 +63,13 @@ _DECODED_PER_STORED_BYTE = 2
 #: How often a blocked producer checks whether its consumer went away.
 _POLL_SECONDS = 0.1
 #: A data file up to this many stored bytes is read whole, in one request, by a worker thread ahead of
-#: the stream (:func:`read_files_ahead`): a tiny file costs about 0.4 ms of CPU to open and decode (half of
-#: it zstd's set-up per column chunk), so tables of thousands of small files are bound by the file count,
-#: not the bytes, and the next files' decoding overlaps the Python work on this one.
+#: the stream (:func:`read_files_ahead`): a tiny file costs about 0.4 ms of CPU to open and decode (about
+#: 40 % of it zstd's set-up per column chunk, whose CPU feature probe traps to the hypervisor on a VM), so
+#: tables of thousands of small files are bound by the file count, not the bytes, and the next files'
+#: decoding overlaps the Python work on this one.
 SMALL_FILE_BYTES = 1 << 20
-#: Threads that read small files ahead, and how far ahead they may be, in files and stored bytes.
+#: Threads that read small files ahead, and how far ahead they may be, in files and stored bytes. Three
+#: on two cores: a worker back from decoding waits for the GIL while the others run Python.
 _AHEAD_WORKERS = 3
 _AHEAD_FILES = 128
 _AHEAD_STORED_BYTES = 4 * SMALL_FILE_BYTES
