@@ -100,6 +100,7 @@ def iter_live_group_batches(
     stats: DeleteStats,
     progress: Tracker = NOT_TRACKED,
     row_lineage: bool = False,
+    equality_deletes: bool | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Stream the live rows of ``files`` in the table schema, in file order: every applying delete applied.
 
@@ -115,13 +116,17 @@ def iter_live_group_batches(
     :param row_lineage: the rows also carry ``_row_id`` and ``_last_updated_sequence_number`` (the last
         two columns), materialised from each file's ``first_row_id``, positions before deletes and data
         sequence number (:mod:`~.io.lineage`): what a v3 rewrite writes.
+    :param equality_deletes: whether an equality delete applies to any of ``files``, when the caller
+        knows (``None``: found by a pass over them, which decodes a task's every file once more).
     :raises DataFileReadError: when a data or delete file is missing or malformed.
     :raises ConfigurationError: for an equality delete on a field found in no schema, or a nested field.
     """
     from pyiceberg.manifest import DataFileContent
 
-    equality = any(
-        d.data_file.content == DataFileContent.EQUALITY_DELETES for f in files for d in f.delete_files
+    equality = (
+        any(d.data_file.content == DataFileContent.EQUALITY_DELETES for f in files for d in f.delete_files)
+        if equality_deletes is None
+        else equality_deletes
     )
     partitions: dict[tuple[int, str], int] = {}
     held: list[_HeldKind] = []

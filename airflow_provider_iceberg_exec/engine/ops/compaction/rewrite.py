@@ -90,6 +90,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
             _LaneRun(
                 lane.files,
                 lane.records,
+                lane.equality,
                 _writer(table, layout, limits, group_id),
                 f"{group_id} lane {number} of {len(lanes)}" if len(lanes) > 1 else group_id,
                 # A sorted group reads in one lane and merges and writes in several: a writer each.
@@ -362,6 +363,8 @@ class _LaneRun:
     files: Sequence[ScannedFile]
     #: the rows the lane's files hold before deletes
     records: int
+    #: whether an equality delete applies to any of the lane's files
+    equality: bool
     writer: RollingDataFileWriter
     #: how the lane is named in logs and errors: the group id, and the lane when there are several
     label: str
@@ -378,11 +381,13 @@ class _LaneRun:
 
 @dataclass(frozen=True)
 class _LaneInputs:
-    """A lane's input files (a contiguous run of the group's), their rows and their stored bytes."""
+    """A lane's input files (a contiguous run of the group's), their rows and their stored bytes, and
+    whether an equality delete applies to any of them."""
 
     files: Sequence[ScannedFile]
     records: int
     stored_bytes: int
+    equality: bool
 
 
 def _lanes(inputs: Sequence[ScannedFile], layout: _OutputLayout, limits: ResourceLimits) -> list[_LaneInputs]:
@@ -415,7 +420,7 @@ def _lanes(inputs: Sequence[ScannedFile], layout: _OutputLayout, limits: Resourc
         equality = equality or has_equality_deletes(scanned)
 
     def lane(a: int, b: int) -> _LaneInputs:
-        return _LaneInputs(inputs[a:b], sum(records[a:b]), sum(stored[a:b]))
+        return _LaneInputs(inputs[a:b], sum(records[a:b]), sum(stored[a:b]), equality)
 
     count = limits.file_workers
     if count < 2 or len(inputs) < 2 or layout.needs_order or equality:
@@ -491,6 +496,7 @@ def _rewrite_lane(
                 stats=run.deletes,
                 progress=progress,
                 row_lineage=layout.row_lineage,
+                equality_deletes=run.equality,
             ),
             limits.batch_size,
             # A joined batch stays well below a file: output files roll where they did unjoined.
