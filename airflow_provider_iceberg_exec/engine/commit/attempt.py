@@ -55,7 +55,12 @@ from airflow_provider_iceberg_exec.engine.commit.dangling import delete_files_to
 from airflow_provider_iceberg_exec.engine.commit.dvs import added_dvs, validate_added_dvs, validate_dv_targets
 from airflow_provider_iceberg_exec.engine.commit.idempotency import AlreadyCommittedError, find_commit
 from airflow_provider_iceberg_exec.engine.commit.summary import SummaryCounts
-from airflow_provider_iceberg_exec.engine.meta.manifests import drop_metrics, iter_manifest_entries
+from airflow_provider_iceberg_exec.engine.meta.manifests import (
+    drop_metrics,
+    entry_copier,
+    iter_manifest_entries,
+    iter_stored_entries,
+)
 from airflow_provider_iceberg_exec.engine.meta.row_ids import read_manifest_list
 
 __all__ = ["Attempt", "ManifestRewrite", "prepare_attempt"]
@@ -135,12 +140,14 @@ class Attempt:
             # Like Java's ManifestFilterManager: one filtered manifest per affected manifest, its live
             # entries in their order, with both sequence numbers explicit on EXISTING and DELETED entries
             # (spec requirement).
+            # Their data_file is unchanged: copied as stored where that is exact (see entry_copier).
             with open_writer(rewrite.manifest.content, rewrite.manifest.partition_spec_id) as writer:
-                for entry in iter_manifest_entries(io, rewrite.manifest, discard_deleted=True):
+                add = entry_copier(writer)
+                for entry, stored in iter_stored_entries(io, rewrite.manifest, discard_deleted=True):
                     if file_identity(entry.data_file) in rewrite.removed_ids:
-                        writer.add_entry(_copy_entry(entry, ManifestEntryStatus.DELETED, snapshot_id))
+                        add(_copy_entry(entry, ManifestEntryStatus.DELETED, snapshot_id), stored)
                     else:
-                        writer.add_entry(_copy_entry(entry, ManifestEntryStatus.EXISTING, entry.snapshot_id))
+                        add(_copy_entry(entry, ManifestEntryStatus.EXISTING, entry.snapshot_id), stored)
             manifests.append(writer.to_manifest_file())
 
         # Manifests without live files (only old DELETED entries) are dropped, as Java's producers do.
