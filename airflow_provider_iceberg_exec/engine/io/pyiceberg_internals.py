@@ -225,7 +225,12 @@ def _avro_encoding(avro_type: Any) -> Any:
     if kind == "array":
         return ("array", avro_type.get("element-id"), _avro_encoding(avro_type["items"]))
     if kind == "map":
-        return ("map", avro_type.get("key-id"), avro_type.get("value-id"), _avro_encoding(avro_type["values"]))
+        return (
+            "map",
+            avro_type.get("key-id"),
+            avro_type.get("value-id"),
+            _avro_encoding(avro_type["values"]),
+        )
     if kind == "fixed":
         return ("fixed", avro_type["size"])
     if kind == "enum":
@@ -346,7 +351,10 @@ class _EntryLayout:
             return None
         header = []
         for field in fields[:-1]:
-            if not isinstance(field.field_type, (IntegerType, LongType)) or field.field_id not in record_positions:
+            if (
+                not isinstance(field.field_type, (IntegerType, LongType))
+                or field.field_id not in record_positions
+            ):
                 return None
             header.append((record_positions[field.field_id], not field.required))
         return tuple(header)
