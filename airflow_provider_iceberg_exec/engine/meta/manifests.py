@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
-from pyiceberg.avro.file import AvroFile
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
@@ -344,15 +343,15 @@ def iter_manifest_entries(
     :param discard_deleted: skip entries with status DELETED.
     :returns: the entries, in file order, with sequence numbers and spec id inherited.
     """
-    with AvroFile[ManifestEntry](
+    records = AvroRecords(
         io.new_input(manifest.manifest_path),
         MANIFEST_ENTRY_SCHEMAS[_RECORD_VERSION],
         read_types={-1: ManifestEntry, 2: DataFile},
         read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
-    ) as reader:
-        for entry in inherit_first_row_ids(reader, manifest):
-            if not discard_deleted or entry.status != ManifestEntryStatus.DELETED:
-                yield inherit_from_manifest(entry, manifest)
+    )
+    for entry in inherit_first_row_ids(records.records(), manifest):
+        if not discard_deleted or entry.status != ManifestEntryStatus.DELETED:
+            yield inherit_from_manifest(entry, manifest)
 
 
 @dataclass(frozen=True)

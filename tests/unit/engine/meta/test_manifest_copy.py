@@ -351,3 +351,61 @@ def _record(*fields: tuple[int, Any]) -> dict[str, Any]:
 )
 def test_copy_suffix(stored: Any, written: Any, suffix: bytes | None) -> None:
     assert data_file_copy_suffix(stored, written) == suffix
+
+
+@pytest.mark.parametrize(
+    ("version", "content", "pyiceberg"),
+    [
+        (1, ManifestContent.DATA, False),
+        (2, ManifestContent.DATA, True),
+        (2, ManifestContent.DATA, False),
+        (2, ManifestContent.DELETES, False),
+        (3, ManifestContent.DATA, False),
+        (3, ManifestContent.DELETES, False),
+    ],
+)
+def test_records_read_as_pyiceberg_reads_them(
+    tmp_path: Path, version: int, content: ManifestContent, pyiceberg: bool
+) -> None:
+    """AvroRecords' flattened reader: the same records, field for field, as PyIceberg's AvroFile, and the
+    bytes of each record back to back make the file's blocks."""
+    from pyiceberg.avro.file import AvroFile
+    from pyiceberg.manifest import MANIFEST_ENTRY_SCHEMAS
+
+    from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import AvroRecords
+
+    kind = DataFileContent.DATA if content == ManifestContent.DATA else DataFileContent.EQUALITY_DELETES
+    files = [_data_file(PARTITIONED, i, kind) for i in range(30)]
+    entries = _added(files)
+    for i, entry in enumerate(entries):  # explicit values and nulls in every optional header field
+        if i % 2:
+            entry.sequence_number, entry.file_sequence_number = 3, 4
+    manifest = _write(
+        tmp_path, "m.avro", entries, spec=PARTITIONED, version=version, content=content, pyiceberg=pyiceberg
+    )
+    io = PyArrowFileIO()
+    read_types: dict[int, Any] = {-1: ManifestEntry, 2: DataFile}
+    read_enums: dict[int, Any] = {0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}
+
+    def deep(record: Any) -> Any:
+        values = [record[pos] for pos in range(len(record))]
+        return [deep(v) if isinstance(v, Record) else (dict(v) if isinstance(v, dict) else v) for v in values]
+
+    with AvroFile[ManifestEntry](
+        io.new_input(manifest.manifest_path), MANIFEST_ENTRY_SCHEMAS[3], read_types, read_enums
+    ) as reader:
+        expected = [deep(e) for e in reader]
+
+    def records() -> AvroRecords:  # read once each
+        return AvroRecords(
+            io.new_input(manifest.manifest_path), MANIFEST_ENTRY_SCHEMAS[3], read_types, read_enums
+        )
+
+    pairs = list(records())
+    assert [deep(r) for r, _ in pairs] == expected
+    assert [deep(r) for r in records().records()] == expected
+    assert [type(r) for r, _ in pairs] == [ManifestEntry] * len(files)
+    assert all(type(r.data_file) is DataFile for r, _ in pairs)
+    # a record's bytes end with its data_file's
+    stored = [s for _, s in iter_stored_entries(io, manifest)]
+    assert all(s is not None and b.endswith(s.data) for s, (_, b) in zip(stored, pairs, strict=True))
