@@ -434,7 +434,7 @@ class _EntryLayout:
         """The Avro type of ``data_file`` in the file written (JSON, as in its header)."""
         from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
-        avro = AvroSchemaConversion().iceberg_to_avro(self.file_schema, schema_name="manifest_entry")
+        avro: Any = AvroSchemaConversion().iceberg_to_avro(self.file_schema, schema_name="manifest_entry")
         return next(f["type"] for f in avro["fields"] if f.get("field-id") == _DATA_FILE_FIELD_ID)
 
 

@@ -29,6 +29,7 @@ from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransfor
 from pyiceberg.typedef import Record
 from pyiceberg.types import DateType, DecimalType, LongType, NestedField, StringType
 
+from airflow_provider_iceberg_exec.engine.io import pyiceberg_internals
 from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import data_file_copy_suffix
 from airflow_provider_iceberg_exec.engine.meta import manifests
 from airflow_provider_iceberg_exec.engine.meta.manifests import (
@@ -118,7 +119,7 @@ def _write(
     with writer:
         for entry in entries:
             writer.add_entry(entry)
-    manifest = writer.to_manifest_file()
+    manifest: ManifestFile = writer.to_manifest_file()
     manifest.sequence_number = manifest.min_sequence_number = 5  # as the manifest list assigns them
     return manifest
 
@@ -141,7 +142,7 @@ def _filtered_copy(
 ) -> tuple[ManifestFile, int]:
     """The commit's filtered copy of ``source``; returns it and how many entries were copied as stored."""
     copied = 0
-    original = manifests.add_copied_entry
+    original = pyiceberg_internals.add_copied_entry
 
     def counting(*args: Any) -> None:
         nonlocal copied
