@@ -230,13 +230,6 @@ def _plan_attempt(
     removed_delete_ids = {file_identity(f) for f in removed_deletes}
     attempt = Attempt(metadata, base, [], [], SummaryCounts(metadata))
     manifests = read_manifest_list(io, head) if metadata.format_version >= 3 else head.manifests(io)
-    history = History(io=io, metadata=metadata, base=base, window=window)
-    if dvs := added_dvs(change.added_deletes):
-        # v3: one DV per data file, at or above its data file's sequence number (Java readers fail else).
-        # Checked before the filtered copies are written (dvs.py).
-        validate_added_dvs(history, dvs)
-        dv_files = [d.delete_file for d in dvs.values()]
-        validate_dv_targets(io, manifests, _manifest_filter(metadata, dv_files), dvs, removed_delete_ids)
     split = _split_manifests(
         attempt,
         io,
@@ -253,6 +246,13 @@ def _plan_attempt(
         raise ValidationException(
             f"Missing required files to delete: {some(sorted(m[0] for m in split.missing))}"
         )
+
+    history = History(io=io, metadata=metadata, base=base, window=window)
+    if dvs := added_dvs(change.added_deletes):
+        # v3: one DV per data file, at or above its data file's sequence number (Java readers fail else).
+        validate_added_dvs(history, dvs)
+        dv_files = [d.delete_file for d in dvs.values()]
+        validate_dv_targets(io, manifests, _manifest_filter(metadata, dv_files), dvs, removed_delete_ids)
     if window:
         change.validate(change, history, split.removed_data_files)
     return attempt
