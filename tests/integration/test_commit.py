@@ -848,3 +848,40 @@ def test_bad_arguments_are_configuration_errors(
 
     table.refresh()
     assert table.metadata_location == location
+
+
+def test_a_manifest_whose_first_entries_are_kept_is_filtered_in_order(catalog: SqlCatalog) -> None:
+    """The filtered copy is opened at the first removed entry: the entries kept before it are read again,
+    and every live entry is written once, in the manifest's order, each data_file as the base lists it."""
+    table = _create(catalog)
+    files = [f for i in range(5) for f in _write_output(table, _rows(10 * i, 10))]
+    with table.transaction() as tx, tx.update_snapshot().fast_append() as append:
+        for data_file in files:
+            append.append_data_file(data_file)
+    table.refresh()
+    (base_manifest,) = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
+    base_entries = {e.data_file.file_path: e for e in _raw_entries(table, base_manifest)}
+    before = _checksum(table)
+    removed = [files[2], files[4]]
+
+    outcome = _commit(table, removed, _write_output(table, _read_files(table, removed)))
+
+    table.refresh()
+    assert _checksum(table) == before
+    snapshot = table.metadata.snapshot_by_id(outcome.snapshot_id)
+    assert snapshot is not None
+    (filtered,) = [m for m in snapshot.manifests(table.io) if m.deleted_files_count]
+    written = _raw_entries(table, filtered)
+    deleted = {removed[0].file_path, removed[1].file_path}
+    assert [(e.data_file.file_path, e.status) for e in written] == [
+        (f.file_path, ManifestEntryStatus.DELETED if f.file_path in deleted else ManifestEntryStatus.EXISTING)
+        for f in files
+    ]
+    for entry in written:
+        original = base_entries[entry.data_file.file_path]
+        assert [entry.data_file[i] for i in range(16)] == [original.data_file[i] for i in range(16)]
+        assert (entry.sequence_number, entry.file_sequence_number) == (1, 1)  # inherited, now explicit
+        expected_snapshot = (
+            outcome.snapshot_id if entry.data_file.file_path in deleted else original.snapshot_id
+        )
+        assert entry.snapshot_id == expected_snapshot

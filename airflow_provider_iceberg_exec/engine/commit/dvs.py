@@ -2,7 +2,8 @@
 
 Java 1.10 readers fail on two DVs for one data file ("Can't index multiple DVs") and on a DV whose data
 sequence number is below its data file's, and release 1.10 does not merge duplicate DVs itself
-(row-level-and-v3.md trap 6), so a commit that adds DVs proves, before anything is written:
+(row-level-and-v3.md trap 6), so a commit that adds DVs proves, before anything is committed (a failed
+attempt's manifests are deleted):
 
 - :func:`check_added_dvs_arguments` (up front, one-line ``ConfigurationError``): DVs only on v3 and
   position delete files only below it (Java's "Must use DVs for position deletes in V3"), every DV with

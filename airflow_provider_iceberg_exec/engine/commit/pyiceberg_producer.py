@@ -5,8 +5,9 @@ cannot write delete manifests, so the commits bring their own snapshot producer,
 It subclasses PyIceberg's private ``_SnapshotProducer``, reusing its manifest-list writing, snapshot and
 ref updates and its bookkeeping of written manifests, and overrides its hooks:
 
-- ``_commit``: plans and validates the attempt (:func:`~.attempt.prepare_attempt`) against the
-  transaction's metadata, on every attempt, then lets PyIceberg write the manifest list;
+- ``_commit``: plans and validates the attempt (:func:`~.attempt.prepare_attempt`, which writes the
+  filtered copies of the head's manifests) against the transaction's metadata, on every attempt, then
+  lets PyIceberg write the manifest list;
 - ``_manifests``: the manifests of :meth:`~.attempt.Attempt.write_manifests`;
 - ``_summary``: :func:`~.summary.snapshot_summary_properties` (PyIceberg's ``update_snapshot_summaries``
   refuses ``replace``);
@@ -120,8 +121,14 @@ class FilesProducer(_SnapshotProducer["FilesProducer"]):
         """Do nothing: :meth:`_commit` validates from the base snapshot on every attempt."""
 
     def _commit(self) -> UpdatesAndRequirements:
+        metadata = self._transaction.table_metadata
         self._attempt = prepare_attempt(
-            self._change, self._io, self._transaction.table_metadata, self._parent_snapshot_id
+            self._change,
+            self._io,
+            metadata,
+            self._parent_snapshot_id,
+            self._snapshot_id,
+            lambda content, spec_id: self._new_writer(metadata, content, spec_id),
         )
         if self._attempt.metadata.format_version >= 3:
             return _commit_v3(self, self._attempt.metadata)
@@ -135,8 +142,12 @@ class FilesProducer(_SnapshotProducer["FilesProducer"]):
         return list(self._current_attempt().carried)
 
     def _manifests(self) -> list[ManifestFile]:
+        metadata = self._current_attempt().metadata
         return self._current_attempt().write_manifests(
-            self._io, self._change, self._snapshot_id, self._new_writer
+            self._io,
+            self._change,
+            self._snapshot_id,
+            lambda content, spec_id: self._new_writer(metadata, content, spec_id),
         )
 
     def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
@@ -163,8 +174,7 @@ class FilesProducer(_SnapshotProducer["FilesProducer"]):
             raise RuntimeError("no commit attempt planned")
         return self._attempt
 
-    def _new_writer(self, content: ManifestContent, spec_id: int) -> ManifestWriter:
-        metadata = self._current_attempt().metadata
+    def _new_writer(self, metadata: TableMetadata, content: ManifestContent, spec_id: int) -> ManifestWriter:
         return new_manifest_writer(
             format_version=metadata.format_version,
             content=content,

@@ -20,16 +20,21 @@ conversion and the metadata.
 
 Sequence numbers are written as given: ``None`` on an ADDED entry means "inherit the snapshot's",
 anything else is explicit (spec, "Sequence Number Inheritance").
+
+An entry written again with only a new status, snapshot id or sequence numbers (the filtered copy of a
+manifest in a commit) keeps its ``data_file`` unchanged: :func:`iter_stored_entries` reads each entry with
+its ``data_file``'s Avro bytes, and :func:`entry_copier` writes them as they are where that is exact (the
+same encoding, and on v3 the ``first_row_id`` to be written already stored), encoding the entry otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
-from pyiceberg.avro.file import AvroFile
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
@@ -47,10 +52,13 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.typedef import TableVersion
+from pyiceberg.typedef import Record, TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import (
+    AvroRecords,
+    add_copied_entry,
+    copy_suffix,
     inherit_from_manifest,
     open_manifest_writer,
 )
@@ -62,8 +70,11 @@ from airflow_provider_iceberg_exec.engine.meta.row_ids import (
 
 __all__ = [
     "REFERENCED_DATA_FILE_FIELD_ID",
+    "StoredDataFile",
     "drop_metrics",
+    "entry_copier",
     "iter_manifest_entries",
+    "iter_stored_entries",
     "new_manifest_writer",
     "read_manifest_entries",
     "referenced_data_file",
@@ -87,6 +98,9 @@ _REFERENCED_DATA_FILE_POS = next(
 )
 
 
+_PARTITION_POS = next(
+    pos for pos, field in enumerate(DATA_FILE_TYPE[_RECORD_VERSION].fields) if field.name == "partition"
+)
 _FIRST_ROW_ID_POS = next(
     pos
     for pos, field in enumerate(DATA_FILE_TYPE[_RECORD_VERSION].fields)
@@ -332,12 +346,132 @@ def iter_manifest_entries(
     :param discard_deleted: skip entries with status DELETED.
     :returns: the entries, in file order, with sequence numbers and spec id inherited.
     """
-    with AvroFile[ManifestEntry](
+    records = AvroRecords(
         io.new_input(manifest.manifest_path),
         MANIFEST_ENTRY_SCHEMAS[_RECORD_VERSION],
         read_types={-1: ManifestEntry, 2: DataFile},
         read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
-    ) as reader:
-        for entry in inherit_first_row_ids(reader, manifest):
-            if not discard_deleted or entry.status != ManifestEntryStatus.DELETED:
-                yield inherit_from_manifest(entry, manifest)
+    )
+    for entry in inherit_first_row_ids(records.records(), manifest):
+        if not discard_deleted or entry.status != ManifestEntryStatus.DELETED:
+            yield inherit_from_manifest(entry, manifest)
+
+
+@dataclass(frozen=True)
+class StoredDataFile:
+    """An entry's ``data_file`` as its manifest stores it."""
+
+    #: the Avro bytes of the ``data_file`` record
+    data: bytes
+    #: the manifest's Avro type of ``data_file`` (JSON), one object for all its entries
+    avro_type: Any
+    #: the ``first_row_id`` stored (before inheritance; ``None`` when null or not in the layout)
+    first_row_id: int | None
+
+
+def iter_stored_entries(
+    io: FileIO, manifest: ManifestFile, *, discard_deleted: bool = True
+) -> Iterator[tuple[ManifestEntry, StoredDataFile | None]]:
+    """:func:`iter_manifest_entries`, each entry with its ``data_file`` as stored (``None`` when the
+    manifest's entry schema is not one whose ``data_file`` bytes can be found: never for Java's or
+    PyIceberg's)."""
+    records = AvroRecords(
+        io.new_input(manifest.manifest_path),
+        MANIFEST_ENTRY_SCHEMAS[_RECORD_VERSION],
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    )
+    header = _stored_header(records.avro_schema)
+    avro_type = records.avro_schema["fields"][-1]["type"] if header is not None else None
+    stored: list[StoredDataFile | None] = [None]  # the entry's being handled
+
+    def entries() -> Iterator[ManifestEntry]:
+        for entry, record in records:
+            if header is not None:
+                data = record[_header_length(record, header) :]
+                stored[0] = StoredDataFile(data, avro_type, first_row_id(entry.data_file))
+            yield entry
+
+    for entry in inherit_first_row_ids(entries(), manifest):  # one entry out for each in, in order
+        if not discard_deleted or entry.status != ManifestEntryStatus.DELETED:
+            yield inherit_from_manifest(entry, manifest), stored[0]
+
+
+def _stored_header(avro_schema: Any) -> tuple[bool, ...] | None:
+    """For each field stored before ``data_file``, whether it is optional; ``None`` unless ``data_file``
+    is last and every other field an int or long, optional ones as the spec's ``["null", long]``."""
+    try:
+        fields = avro_schema["fields"]
+        if fields[-1].get("field-id") != 2:
+            return None
+        header = []
+        for field in fields[:-1]:
+            avro_type = field["type"]
+            optional = isinstance(avro_type, list)
+            if optional:
+                if len(avro_type) != 2 or avro_type[0] != "null":
+                    return None
+                avro_type = avro_type[1]
+            if isinstance(avro_type, dict):
+                avro_type = avro_type.get("type")
+            if avro_type not in ("int", "long"):
+                return None
+            header.append(optional)
+        return tuple(header)
+    except (KeyError, TypeError, IndexError, AttributeError):
+        return None
+
+
+def _header_length(record: bytes, header: tuple[bool, ...]) -> int:
+    """Where ``data_file`` starts in an entry's bytes: after ``header``'s varints and union branches."""
+    position = 0
+    for optional in header:
+        if optional:
+            position += 1
+            if record[position - 1] == 0:  # branch 0: null
+                continue
+        while record[position] & 0x80:
+            position += 1
+        position += 1
+    return position
+
+
+def entry_copier(writer: ManifestWriter) -> Callable[[ManifestEntry, StoredDataFile | None], None]:
+    """Return "add this entry to ``writer``": with its ``data_file`` copied as stored where the copy is
+    exact, encoded from the entry otherwise (as :meth:`~pyiceberg.manifest.ManifestWriter.add_entry`).
+
+    An exact copy needs the stored Avro type to encode as the written one
+    (:func:`~.io.pyiceberg_internals.data_file_copy_suffix`) and, in a v3 manifest, the stored
+    ``first_row_id`` to be the one written: the inherited id of a data file, null for a delete file.
+    """
+    suffixes: dict[int, tuple[Any, bytes | None]] = {}
+    v3 = writer.version >= 3
+    deletes = writer.content() == ManifestContent.DELETES
+    previous: list[Record] = []  # the partition of the entry added before
+
+    def add(entry: ManifestEntry, stored: StoredDataFile | None) -> None:
+        # PyIceberg's writer keeps every entry's partition for the manifest's summaries: entries of one
+        # partition share one object (most of a manifest: ~120 bytes an entry, 6 MB at 50,000).
+        partition = entry.data_file.partition
+        if previous and partition == previous[0]:
+            entry.data_file[_PARTITION_POS] = previous[0]
+        else:
+            previous[:] = [partition]
+        if stored is None or entry.status == ManifestEntryStatus.ADDED:
+            writer.add_entry(entry)
+            return
+        key = id(stored.avro_type)
+        if key not in suffixes:
+            suffixes[key] = (stored.avro_type, copy_suffix(writer, stored.avro_type))
+        suffix = suffixes[key][1]
+        is_delete_file = entry.data_file.content != DataFileContent.DATA
+        if is_delete_file != deletes:
+            raise ValueError(f"cannot write {entry.data_file.content!r} into a {writer.content()!r} manifest")
+        if suffix is None or (
+            v3 and stored.first_row_id != (None if is_delete_file else first_row_id(entry.data_file))
+        ):
+            writer.add_entry(entry)
+            return
+        add_copied_entry(writer, entry, stored.data + suffix if suffix else stored.data)
+
+    return add
