@@ -314,6 +314,9 @@ def read_files_joined(
     file to slice and project its batch, of 0.6). Each file's row count is still checked against its
     manifest entry, and a file larger than it claims is streamed.
 
+    :param batch_size: the configured batch size: joined rows come in batches of at most that many, a
+        streamed file's as :func:`read_batch_rows` cuts them.
+
     :raises DataFileReadError: as :func:`iter_data_file_batches`.
     :raises ConfigurationError: as :func:`iter_data_file_batches`.
     """
@@ -343,7 +346,7 @@ def read_files_joined(
                     spec=spec,
                     name_mapping=name_mapping,
                     format_version=format_version,
-                    batch_size=batch_size,
+                    batch_size=read_batch_rows(data_file, batch_size),
                     cache=cache,
                 )
             )
