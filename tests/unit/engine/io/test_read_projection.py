@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.io.pyarrow import PyArrowFileIO, pyarrow_to_schema
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
@@ -54,6 +54,44 @@ def _write(path: Path, schema: pa.Schema, rows: int, start: int) -> DataFile:
     )
 
 
+def _claiming(
+    written: DataFile, *, spec_id: int = 0, partition: Record | None = None, **claims: int
+) -> DataFile:
+    """``written`` with its partition, spec and manifest claims (size, record count) replaced."""
+    data_file = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=written.file_path,
+        file_format=FileFormat.PARQUET,
+        partition=partition if partition is not None else Record(),
+        record_count=claims.get("record_count", written.record_count),
+        file_size_in_bytes=claims.get("file_size_in_bytes", written.file_size_in_bytes),
+    )
+    data_file.spec_id = spec_id  # not a field of the entry: PyIceberg's readers set it this way
+    return data_file
+
+
+def _read(
+    data_file: DataFile,
+    *,
+    batch_size: int = 4,
+    cache: ProjectionCache | None = None,
+    spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+) -> list[pa.RecordBatch]:
+    """``data_file``'s batches as the stream reads it alone."""
+    return list(
+        iter_data_file_batches(
+            PyArrowFileIO(),
+            data_file,
+            table_schema=TABLE,
+            spec=spec,
+            name_mapping=None,
+            format_version=2,
+            batch_size=batch_size,
+            cache=cache,
+        )
+    )
+
+
 def _reference(data_file: DataFile) -> list[pa.RecordBatch]:
     """PyIceberg's projection of every batch, built afresh for the file (no cache, no fast path)."""
     parquet = pq.ParquetFile(data_file.file_path)
@@ -86,18 +124,7 @@ def test_cached_reads_equal_pyiceberg_projection(tmp_path: Path, layouts: list[p
     files = [_write(tmp_path / f"f{i}.parquet", s, 10, 10 * i) for i, s in enumerate(layouts)]
     cache = ProjectionCache()
     for data_file in files:
-        got = list(
-            iter_data_file_batches(
-                PyArrowFileIO(),
-                data_file,
-                table_schema=TABLE,
-                spec=UNPARTITIONED_PARTITION_SPEC,
-                name_mapping=None,
-                format_version=2,
-                batch_size=4,
-                cache=cache,
-            )
-        )
+        got = _read(data_file, cache=cache)
         expected = _reference(data_file)
         assert len(got) == len(expected) == 3
         for batch, reference in zip(got, expected, strict=True):
@@ -109,18 +136,7 @@ def test_fast_path_is_taken_for_a_plain_file_and_not_for_a_promoted_one(tmp_path
     cache = ProjectionCache()
     for name, schema in (("same", SAME), ("evolved", EVOLVED)):
         data_file = _write(tmp_path / f"{name}.parquet", schema, 10, 0)
-        list(
-            iter_data_file_batches(
-                PyArrowFileIO(),
-                data_file,
-                table_schema=TABLE,
-                spec=UNPARTITIONED_PARTITION_SPEC,
-                name_mapping=None,
-                format_version=2,
-                batch_size=4,
-                cache=cache,
-            )
-        )
+        _read(data_file, cache=cache)
     projections = list(cache._projections.values())
     assert [p._target is not None for p in projections] == [True, False]
 
@@ -131,18 +147,7 @@ def test_identity_only_where_the_files_columns_already_are_the_tables(tmp_path: 
     cache = ProjectionCache()
     for name, schema in (("same", SAME), ("reordered", REORDERED)):
         data_file = _write(tmp_path / f"{name}.parquet", schema, 10, 0)
-        got = list(
-            iter_data_file_batches(
-                PyArrowFileIO(),
-                data_file,
-                table_schema=TABLE,
-                spec=UNPARTITIONED_PARTITION_SPEC,
-                name_mapping=None,
-                format_version=2,
-                batch_size=4,
-                cache=cache,
-            )
-        )
+        got = _read(data_file, cache=cache)
         for batch, reference in zip(got, _reference(data_file), strict=True):
             assert batch.equals(reference)
             assert batch.schema.equals(reference.schema, check_metadata=True)
@@ -156,27 +161,9 @@ def test_a_file_whose_rows_differ_from_its_manifest_fails(tmp_path: Path, claim:
     from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
 
     written = _write(tmp_path / "f.parquet", SAME, rows=10, start=0)
-    data_file = DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path=written.file_path,
-        file_format=FileFormat.PARQUET,
-        partition=Record(),
-        record_count=claim,
-        file_size_in_bytes=written.file_size_in_bytes,
-        spec_id=0,
-    )
+    data_file = _claiming(written, record_count=claim)
     with pytest.raises(DataFileReadError, match=f"holds 10 rows but its manifest entry says {claim}"):
-        list(
-            iter_data_file_batches(
-                PyArrowFileIO(),
-                data_file,
-                table_schema=TABLE,
-                spec=UNPARTITIONED_PARTITION_SPEC,
-                name_mapping=None,
-                format_version=2,
-                batch_size=4,
-            )
-        )
+        _read(data_file)
 
 
 def test_coalesce_keeps_rows_and_order_and_passes_large_batches() -> None:
@@ -204,36 +191,10 @@ def test_a_small_file_read_whole_gives_the_streamed_rows(
     size = data_file.file_size_in_bytes
     if claimed == "understated":
         monkeypatch.setattr(read_module, "SMALL_FILE_BYTES", size // 2)
-        data_file = DataFile.from_args(
-            content=DataFileContent.DATA,
-            file_path=data_file.file_path,
-            file_format=FileFormat.PARQUET,
-            partition=Record(),
-            record_count=data_file.record_count,
-            file_size_in_bytes=size // 4,
-            spec_id=0,
-        )
+        data_file = _claiming(data_file, file_size_in_bytes=size // 4)
     elif claimed == "overstated":  # the file is read whole all the same
-        data_file = DataFile.from_args(
-            content=DataFileContent.DATA,
-            file_path=data_file.file_path,
-            file_format=FileFormat.PARQUET,
-            partition=Record(),
-            record_count=data_file.record_count,
-            file_size_in_bytes=size * 2,
-            spec_id=0,
-        )
-    got = list(
-        iter_data_file_batches(
-            PyArrowFileIO(),
-            data_file,
-            table_schema=TABLE,
-            spec=UNPARTITIONED_PARTITION_SPEC,
-            name_mapping=None,
-            format_version=2,
-            batch_size=64,
-        )
-    )
+        data_file = _claiming(data_file, file_size_in_bytes=size * 2)
+    got = _read(data_file, batch_size=64)
     assert pa.Table.from_batches(got).equals(pa.Table.from_batches(_reference(data_file)))
 
 
@@ -248,43 +209,10 @@ def test_files_of_one_schema_in_other_partitions_get_their_own_fill_values(tmp_p
     got = []
     for number, qty in enumerate((7, 7, 9, 7)):
         written = _write(tmp_path / f"f{number}.parquet", MISSING, rows=3, start=number * 3)
-        data_file = DataFile.from_args(
-            content=DataFileContent.DATA,
-            file_path=written.file_path,
-            file_format=FileFormat.PARQUET,
-            partition=Record(qty),
-            record_count=3,
-            file_size_in_bytes=written.file_size_in_bytes,
-            spec_id=1,
-        )
-        batches = iter_data_file_batches(
-            PyArrowFileIO(),
-            data_file,
-            table_schema=TABLE,
-            spec=spec,
-            name_mapping=None,
-            format_version=2,
-            batch_size=64,
-            cache=cache,
-        )
-        got.append(pa.Table.from_batches(list(batches)).column("qty").to_pylist())
+        data_file = _claiming(written, spec_id=1, partition=Record(qty))
+        batches = _read(data_file, batch_size=64, cache=cache, spec=spec)
+        got.append(pa.Table.from_batches(batches).column("qty").to_pylist())
     assert got == [[7] * 3, [7] * 3, [9] * 3, [7] * 3]
-
-
-def _claiming(
-    written: DataFile, *, spec_id: int = 0, partition: Record | None = None, **claims: int
-) -> DataFile:
-    """``written`` with its partition, spec and manifest claims (size, record count) replaced."""
-    data_file = DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path=written.file_path,
-        file_format=FileFormat.PARQUET,
-        partition=partition if partition is not None else Record(),
-        record_count=claims.get("record_count", written.record_count),
-        file_size_in_bytes=claims.get("file_size_in_bytes", written.file_size_in_bytes),
-    )
-    data_file.spec_id = spec_id  # not a field of the entry: PyIceberg's readers set it this way
-    return data_file
 
 
 def test_files_read_joined_give_the_rows_of_each_file_read_alone(
@@ -318,19 +246,6 @@ def test_files_read_joined_give_the_rows_of_each_file_read_alone(
     # The "large" file is over the tiny size: streamed, not joined.
     monkeypatch.setattr(read_module, "TINY_FILE_BYTES", files[layouts.index("large")].file_size_in_bytes - 1)
 
-    def read_alone(data_file: DataFile) -> list[pa.RecordBatch]:
-        return list(
-            iter_data_file_batches(
-                PyArrowFileIO(),
-                data_file,
-                table_schema=TABLE,
-                spec=specs[data_file.spec_id],
-                name_mapping=None,
-                format_version=2,
-                batch_size=64,
-            )
-        )
-
     joined = read_files_joined(
         PyArrowFileIO(),
         files,
@@ -341,7 +256,11 @@ def test_files_read_joined_give_the_rows_of_each_file_read_alone(
         batch_size=64,
         cache=ProjectionCache(),
     )
-    alone = [batch for data_file in files for batch in read_alone(data_file)]
+    alone = [
+        batch
+        for data_file in files
+        for batch in _read(data_file, batch_size=64, spec=specs[data_file.spec_id])
+    ]
     assert pa.Table.from_batches(joined).equals(pa.Table.from_batches(alone))
     for batch in joined:
         assert batch.schema.equals(alone[0].schema, check_metadata=True)
