@@ -222,7 +222,7 @@ def _stream(
         jobs(),
         read,
         lambda job: job[1].data_file.file_size_in_bytes,
-        read_run=lambda run: _read_run(run, read, read_plain) if no_deletes else (list(read(j)) for j in run),
+        read_run=(lambda run: _read_run(run, read, read_plain)) if no_deletes else None,
     )
     try:
         for ordinal, batches in enumerate(streams):
