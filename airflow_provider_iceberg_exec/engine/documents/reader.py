@@ -10,6 +10,7 @@ from typing import Any
 from airflow_provider_iceberg_exec.engine.contracts import (
     check_envelope,
 )
+from airflow_provider_iceberg_exec.engine.documents.packed import is_packed
 from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -38,6 +39,8 @@ class DocReader:
             if nullable or not required:
                 return None
             raise self.error(key, f"is null; expected {_KIND_NAMES[kind]}")
+        if kind is list and is_packed(value):
+            return value  # a task's entries packed by the one-call compaction, read as a list
         # bool is an int in Python, but never a count or an id in these documents.
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise self.error(key, f"expected {_KIND_NAMES[kind]}, got {type(value).__name__}")

@@ -78,7 +78,7 @@ from airflow_provider_iceberg_exec.engine.meta.json_values import (
     value_codec,
 )
 
-__all__ = ["data_file_from_json", "data_file_to_json"]
+__all__ = ["content_of_json", "data_file_from_json", "data_file_to_json"]
 
 _CONTENT_NAMES = {
     DataFileContent.DATA: "data",
@@ -90,6 +90,13 @@ _CONTENT_BY_NAME = {
     **{name: content for content, name in _CONTENT_NAMES.items()},
     **{content.name: content for content in _CONTENT_NAMES},
 }
+
+
+def content_of_json(doc: Mapping[str, Any]) -> DataFileContent | None:
+    """The content of a content-file JSON object as :func:`data_file_from_json` reads it; ``None`` when
+    it names none."""
+    return _CONTENT_BY_NAME.get(doc.get("content"))  # type: ignore[arg-type]
+
 
 # Metadata columns of position-delete files (spec "Reserved Field IDs"); they are not in the table schema.
 _RESERVED_BOUND_TYPES: dict[int, PrimitiveType] = {2147483546: StringType(), 2147483545: LongType()}

@@ -4,9 +4,13 @@ compaction and copy-on-write planners and tasks."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
-from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json, data_file_to_json
+from airflow_provider_iceberg_exec.engine.meta.datafile_json import (
+    content_of_json,
+    data_file_from_json,
+    data_file_to_json,
+)
 from airflow_provider_iceberg_exec.engine.meta.scan import ScannedDelete, ScannedFile
 
 if TYPE_CHECKING:
@@ -14,6 +18,7 @@ if TYPE_CHECKING:
     from pyiceberg.schema import Schema
 
 __all__ = [
+    "FileCounts",
     "TaskFiles",
     "has_equality_deletes",
     "scanned_from_json",
@@ -70,6 +75,28 @@ def scanned_from_json(
     )
 
 
+class FileCounts(NamedTuple):
+    """What cutting a group into lanes reads of one input file."""
+
+    record_count: int
+    file_size_in_bytes: int
+    #: the record counts of the delete files that apply to it, summed (a delete file may hold other files')
+    delete_records: int
+    has_equality_deletes: bool
+
+    @classmethod
+    def of(cls, scanned: ScannedFile) -> FileCounts:
+        from pyiceberg.manifest import DataFileContent
+
+        data_file = scanned.data_file
+        return cls(
+            data_file.record_count,
+            data_file.file_size_in_bytes,
+            sum(d.data_file.record_count for d in scanned.delete_files),
+            any(d.data_file.content == DataFileContent.EQUALITY_DELETES for d in scanned.delete_files),
+        )
+
+
 class TaskFiles(Sequence[ScannedFile]):
     """A task's ``data_files`` entries as :class:`ScannedFile`, decoded each time one is asked for.
 
@@ -105,3 +132,18 @@ class TaskFiles(Sequence[ScannedFile]):
     def __iter__(self) -> Iterator[ScannedFile]:
         for entry in self._entries:
             yield scanned_from_json(entry, self._specs, self._schema, metrics=self._metrics)
+
+    def counts(self) -> Iterator[FileCounts]:
+        """Each file's :class:`FileCounts`, read off its entry without decoding it (the task's checks
+        made the counts integers): equal to ``FileCounts.of`` of the decoded file, at a tenth of the cost."""
+        from pyiceberg.manifest import DataFileContent
+
+        for entry in self._entries:
+            data_file = entry["data-file"]
+            deletes = [d["content-file"] for d in entry.get("delete-files") or ()]
+            yield FileCounts(
+                data_file["record-count"],
+                data_file["file-size-in-bytes"],
+                sum(d["record-count"] for d in deletes),
+                any(content_of_json(d) == DataFileContent.EQUALITY_DELETES for d in deletes),
+            )

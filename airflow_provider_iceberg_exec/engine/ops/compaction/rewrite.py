@@ -18,6 +18,7 @@ from airflow_provider_iceberg_exec.engine.documents import (
     check_base_snapshot,
     check_rewrite_task,
 )
+from airflow_provider_iceberg_exec.engine.documents.packed import data_files_of
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError, IcebergExecError
 from airflow_provider_iceberg_exec.engine.io.lineage import with_lineage_columns
 from airflow_provider_iceberg_exec.engine.io.merge_sort import SortStats
@@ -37,7 +38,7 @@ from airflow_provider_iceberg_exec.engine.io.sorting import (
 )
 from airflow_provider_iceberg_exec.engine.io.write import PartitionSplitter, RollingDataFileWriter
 from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_to_json
-from airflow_provider_iceberg_exec.engine.meta.task_files import TaskFiles, has_equality_deletes
+from airflow_provider_iceberg_exec.engine.meta.task_files import FileCounts, TaskFiles
 from airflow_provider_iceberg_exec.engine.ops.compaction.common import strategy_of
 from airflow_provider_iceberg_exec.engine.progress import Tracker, track
 
@@ -147,7 +148,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         commit_batch=task.get("commit_batch", 0),
         base_snapshot_id=task["base_snapshot_id"],
         options=task.get("options", {}),
-        rewritten_data_files=[e["data-file"] for e in entries],
+        rewritten_data_files=data_files_of(entries),  # type: ignore[typeddict-item]
         added_data_files=[data_file_to_json(f, layout.spec, schema) for f in added],
         applied_deletes=_applied_deletes(entries),
         rewritten_bytes_count=rewritten_bytes,
@@ -390,9 +391,9 @@ class _LaneInputs:
     equality: bool
 
 
-def _lanes(inputs: Sequence[ScannedFile], layout: _OutputLayout, limits: ResourceLimits) -> list[_LaneInputs]:
+def _lanes(inputs: TaskFiles, layout: _OutputLayout, limits: ResourceLimits) -> list[_LaneInputs]:
     """The group's inputs cut into lanes, each read and written on its own threads (one lane: as they are),
-    in one pass over them (a task's inputs are decoded as they are asked for).
+    in one pass over their entries' counts (no input is decoded; each lane is a slice of the entries).
 
     The engine decides, not the user: a lane is one more writer (a row-group buffer) and one more
     reader, so the count is :attr:`ResourceLimits.file_workers` (the cores the execution is given, as
@@ -413,11 +414,11 @@ def _lanes(inputs: Sequence[ScannedFile], layout: _OutputLayout, limits: Resourc
     stored: list[int] = []
     live: list[int] = []
     equality = False
-    for scanned in inputs:
-        records.append(scanned.data_file.record_count)
-        stored.append(scanned.data_file.file_size_in_bytes)
-        live.append(_live_bytes_at_least(scanned))
-        equality = equality or has_equality_deletes(scanned)
+    for counts in inputs.counts():
+        records.append(counts.record_count)
+        stored.append(counts.file_size_in_bytes)
+        live.append(_live_bytes_at_least(counts))
+        equality = equality or counts.has_equality_deletes
 
     def lane(a: int, b: int) -> _LaneInputs:
         return _LaneInputs(inputs[a:b], sum(records[a:b]), sum(stored[a:b]), equality)
@@ -435,14 +436,13 @@ def _lanes(inputs: Sequence[ScannedFile], layout: _OutputLayout, limits: Resourc
     return [lane(0, len(inputs))]
 
 
-def _live_bytes_at_least(scanned: ScannedFile) -> int:
-    """A lower bound of the bytes of ``scanned``'s live rows: its size less the share of its rows that its
+def _live_bytes_at_least(counts: FileCounts) -> int:
+    """A lower bound of the bytes of a file's live rows: its size less the share of its rows that its
     position deletes and deletion vectors could delete (a delete file may hold other files' positions)."""
-    rows = scanned.data_file.record_count
-    deleted = sum(d.data_file.record_count for d in scanned.delete_files)
+    rows, deleted = counts.record_count, counts.delete_records
     if rows <= 0 or deleted >= rows:
         return 0
-    return scanned.data_file.file_size_in_bytes * (rows - deleted) // rows
+    return counts.file_size_in_bytes * (rows - deleted) // rows
 
 
 def _even_cuts(weights: Sequence[int], count: int) -> list[int]:

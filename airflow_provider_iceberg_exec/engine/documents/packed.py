@@ -1,0 +1,163 @@
+"""A task's entries packed column by column, for the one-call compaction that never serializes them.
+
+A plan's task lists each input as a dict (``{"data-file": {...}, "data-sequence-number", "delete-files"}``,
+about 650 bytes a file with its path). :func:`.compact` holds its plan, then each group's result, in one
+process: a group of 500,000 small files held 320 MB of these dicts from the plan to the commit.
+:class:`PackedEntries` holds each file's path, size and record count in columns and the rest (spec,
+format, partition, split offsets, sequence number, deletes) once for all the files that share it, about
+200 bytes a file. Every entry it hands out is a new dict equal to the one packed, so the documents'
+checks and readers take it as they take a list; it is never written as JSON (``json.dumps`` refuses it).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
+
+__all__ = ["PackedDataFiles", "PackedEntries", "data_files_of"]
+
+#: the data-file keys held in columns; the rest of a data file is shared
+_COLUMNS = ("file-path", "file-size-in-bytes", "record-count")
+
+
+class PackedEntries(Sequence[dict[str, Any]]):
+    """Task entries held as columns; ``entries[i]`` is a new dict equal to the ``i``-th entry packed.
+
+    >>> def entry(i):
+    ...     file = {"content": "data", "file-path": f"f{i}", "file-size-in-bytes": 10 + i, "record-count": 2}
+    ...     return {"data-file": file, "data-sequence-number": 3, "delete-files": []}
+    >>> entries = [entry(i) for i in range(3)]
+    >>> copies = [dict(e, **{"data-file": dict(e["data-file"])}) for e in entries]
+    >>> packed = PackedEntries.pack(entries)
+    >>> entries, list(packed) == copies, len(packed), packed.shapes
+    ([], True, 3, 1)
+    >>> packed[1:][0]["data-file"]["file-path"], list(data_files_of(packed[2:]))
+    ('f1', [{'content': 'data', 'file-path': 'f2', 'file-size-in-bytes': 12, 'record-count': 2}])
+    """
+
+    __slots__ = ("_paths", "_records", "_shape_of", "_shapes", "_sizes")
+
+    def __init__(
+        self,
+        paths: list[str],
+        sizes: array[int],
+        records: array[int],
+        shape_of: array[int],
+        shapes: list[tuple[dict[str, Any], dict[str, Any]]],
+    ) -> None:
+        self._paths, self._sizes, self._records, self._shape_of, self._shapes = (
+            paths,
+            sizes,
+            records,
+            shape_of,
+            shapes,
+        )
+
+    @classmethod
+    def pack(cls, entries: list[dict[str, Any]]) -> PackedEntries:
+        """Pack ``entries``, emptying the list as it goes: each dict is let go once its columns hold it.
+
+        The entries are a plan's own (:func:`.plan_compaction`'s): each has a ``data-file`` with a string
+        path and integer size and record count. The rest is shared by its ``repr``, which, unlike ``==``,
+        tells ``True`` from ``1`` and ``1.0`` from ``1`` as JSON does.
+        """
+        paths: list[str] = []
+        sizes, records, shape_of = array("q"), array("q"), array("I")
+        shapes: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        known: dict[str, int] = {}
+        for pos, entry in enumerate(entries):
+            data_file = entry["data-file"]
+            paths.append(data_file["file-path"])
+            sizes.append(data_file["file-size-in-bytes"])
+            records.append(data_file["record-count"])
+            shape = (
+                {k: v for k, v in data_file.items() if k not in _COLUMNS},
+                {k: v for k, v in entry.items() if k != "data-file"},
+            )
+            shape_of.append(known.setdefault(repr(shape), len(shapes)))
+            if shape_of[-1] == len(shapes):
+                shapes.append(shape)
+            entries[pos] = None  # type: ignore[call-overload]
+        entries.clear()
+        return cls(paths, sizes, records, shape_of, shapes)
+
+    @property
+    def shapes(self) -> int:
+        """How many distinct rests the entries share."""
+        return len(set(self._shape_of))
+
+    def data_file(self, index: int) -> dict[str, Any]:
+        """The ``data-file`` of entry ``index``, a new dict."""
+        rest, _ = self._shapes[self._shape_of[index]]
+        return {
+            **rest,
+            "file-path": self._paths[index],
+            "file-size-in-bytes": self._sizes[index],
+            "record-count": self._records[index],
+        }
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> PackedEntries: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | PackedEntries:
+        if isinstance(index, slice):
+            return PackedEntries(
+                self._paths[index],
+                self._sizes[index],
+                self._records[index],
+                self._shape_of[index],
+                self._shapes,
+            )
+        _, rest = self._shapes[self._shape_of[index]]
+        return {**rest, "data-file": self.data_file(index)}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for index in range(len(self._paths)):
+            yield self[index]
+
+
+class PackedDataFiles(Sequence[dict[str, Any]]):
+    """The ``data-file`` of each of some :class:`PackedEntries`, each a new dict: a result's
+    ``rewritten_data_files`` without a copy of every input."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: PackedEntries) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> PackedDataFiles: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | PackedDataFiles:
+        if isinstance(index, slice):
+            return PackedDataFiles(self._entries[index])
+        return self._entries.data_file(index)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for index in range(len(self._entries)):
+            yield self._entries.data_file(index)
+
+
+def data_files_of(entries: Sequence[Mapping[str, Any]]) -> Sequence[dict[str, Any]]:
+    """The ``data-file`` of each task entry: a view of packed entries, else a list of them."""
+    if isinstance(entries, PackedEntries):
+        return PackedDataFiles(entries)
+    return [entry["data-file"] for entry in entries]
+
+
+def is_packed(value: Any) -> bool:
+    """Whether ``value`` is a packed sequence, which the documents' checks take as a list."""
+    return isinstance(value, PackedEntries | PackedDataFiles)
