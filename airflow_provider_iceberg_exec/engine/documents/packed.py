@@ -12,10 +12,10 @@ checks and readers take it as they take a list; it is never written as JSON (``j
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
-__all__ = ["PackedDataFiles", "PackedEntries", "data_files_of"]
+__all__ = ["EntryPacker", "PackedDataFiles", "PackedEntries", "data_files_of", "is_packed"]
 
 #: the data-file keys held in columns; the rest of a data file is shared
 _COLUMNS = ("file-path", "file-size-in-bytes", "record-count")
@@ -56,31 +56,13 @@ class PackedEntries(Sequence[dict[str, Any]]):
 
     @classmethod
     def pack(cls, entries: list[dict[str, Any]]) -> PackedEntries:
-        """Pack ``entries``, emptying the list as it goes: each dict is let go once its columns hold it.
-
-        The entries are a plan's own (:func:`.plan_compaction`'s): each has a ``data-file`` with a string
-        path and integer size and record count. The rest is shared by its ``repr``, which, unlike ``==``,
-        tells ``True`` from ``1`` and ``1.0`` from ``1`` as JSON does.
-        """
-        paths: list[str] = []
-        sizes, records, shape_of = array("q"), array("q"), array("I")
-        shapes: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        known: dict[str, int] = {}
+        """Pack ``entries``, emptying the list as it goes: each dict is let go once its columns hold it."""
+        packer = EntryPacker()
         for pos, entry in enumerate(entries):
-            data_file = entry["data-file"]
-            paths.append(data_file["file-path"])
-            sizes.append(data_file["file-size-in-bytes"])
-            records.append(data_file["record-count"])
-            shape = (
-                {k: v for k, v in data_file.items() if k not in _COLUMNS},
-                {k: v for k, v in entry.items() if k != "data-file"},
-            )
-            shape_of.append(known.setdefault(repr(shape), len(shapes)))
-            if shape_of[-1] == len(shapes):
-                shapes.append(shape)
+            packer.add(entry)
             entries[pos] = None  # type: ignore[call-overload]
         entries.clear()
-        return cls(paths, sizes, records, shape_of, shapes)
+        return packer.take(range(len(packer)))
 
     @property
     def shapes(self) -> int:
@@ -121,6 +103,51 @@ class PackedEntries(Sequence[dict[str, Any]]):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for index in range(len(self._paths)):
             yield self[index]
+
+
+class EntryPacker:
+    """Packs task entries as a plan makes them, one :class:`PackedEntries` per task out of them.
+
+    The entries are a plan's own (:func:`.plan_compaction`'s): each has a ``data-file`` with a string path
+    and integer size and record count. The rest is shared by its ``repr``, which, unlike ``==``, tells
+    ``True`` from ``1`` and ``1.0`` from ``1`` as JSON does; the entries handed out share its lists.
+    """
+
+    def __init__(self) -> None:
+        self._paths: list[str] = []
+        self._sizes, self._records, self._shape_of = array("q"), array("q"), array("I")
+        self._shapes: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self._known: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def add(self, entry: Mapping[str, Any]) -> int:
+        """Pack one entry (it may go at once); return its number."""
+        data_file = entry["data-file"]
+        self._paths.append(data_file["file-path"])
+        self._sizes.append(data_file["file-size-in-bytes"])
+        self._records.append(data_file["record-count"])
+        shape = (
+            {k: v for k, v in data_file.items() if k not in _COLUMNS},
+            {k: v for k, v in entry.items() if k != "data-file"},
+        )
+        number = self._known.setdefault(repr(shape), len(self._shapes))
+        if number == len(self._shapes):
+            self._shapes.append(shape)
+        self._shape_of.append(number)
+        return len(self._paths) - 1
+
+    def take(self, numbers: Iterable[int]) -> PackedEntries:
+        """The entries ``numbers``, in that order."""
+        paths: list[str] = []
+        sizes, records, shape_of = array("q"), array("q"), array("I")
+        for number in numbers:
+            paths.append(self._paths[number])
+            sizes.append(self._sizes[number])
+            records.append(self._records[number])
+            shape_of.append(self._shape_of[number])
+        return PackedEntries(paths, sizes, records, shape_of, self._shapes)
 
 
 class PackedDataFiles(Sequence[dict[str, Any]]):

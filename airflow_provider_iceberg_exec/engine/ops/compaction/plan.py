@@ -14,6 +14,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     RewriteTask,
     SkippedFile,
 )
+from airflow_provider_iceberg_exec.engine.documents.packed import EntryPacker
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
 from airflow_provider_iceberg_exec.engine.io.sorting import AnyKey, parse_sort_order, table_sort_keys
@@ -48,6 +49,7 @@ def plan_compaction(
     sort_order: str | None = None,
     branch: str = "main",
     only_files_with_equality_deletes: bool = False,
+    packed: bool = False,
 ) -> CompactionPlan:
     """Plan a compaction of ``table`` with Spark's ``rewrite_data_files`` semantics.
 
@@ -61,6 +63,8 @@ def plan_compaction(
     :param branch: the branch to compact.
     :param only_files_with_equality_deletes: consider only data files that equality deletes apply to
         (equality-delete resolution, :func:`resolve.resolve_equality_deletes`).
+    :param packed: each task's ``data_files`` is a :class:`.PackedEntries` instead of a list, for a caller
+        that holds the plan and never writes it (:func:`.compact`).
     :returns: the plan document (``iceberg-exec/compaction-plan@1``): its ``tasks`` are the inputs of
         :func:`execute_rewrite_task`.
     :raises ConfigurationError: for bad options, strategy, sort order or filter, or a format version (or
@@ -93,9 +97,9 @@ def plan_compaction(
         log.info("table %s has no snapshot on branch %s: nothing to compact", plan["table"], branch)
         return plan
     specs, schema = metadata.specs(), metadata.schema()
-    shared = _SharedLists()
+    packer = EntryPacker()
     candidates = [
-        _candidate(f, specs, schema, shared)
+        _candidate(f, specs, schema, packer)
         for f in stream_data_files(table.io, metadata, snapshot, row_filter)
         if not only_files_with_equality_deletes or has_equality_deletes(f)
     ]
@@ -110,7 +114,7 @@ def plan_compaction(
         log.warning("left out %s: %s", path, reason)
     batch_of = {gid: number for number, batch in enumerate(outcome.commit_batches) for gid in batch}
     plan["tasks"] = [
-        _rewrite_task(plan, group, batch_of[group.group_id], snapshot, output_spec_id)
+        _rewrite_task(plan, group, batch_of[group.group_id], snapshot, output_spec_id, packer)
         for group in outcome.groups
     ]
     plan["skipped"] = [SkippedFile(path=p, reason=r) for p, r in outcome.skipped]
@@ -123,6 +127,10 @@ def plan_compaction(
         plan["table"],
         snapshot.snapshot_id,
     )
+    if not packed:
+        del candidates, outcome, packer
+        for task in plan["tasks"]:
+            task["data_files"] = list(task["data_files"])
     return plan
 
 
@@ -135,41 +143,16 @@ def _output_spec_id(metadata: TableMetadata, resolved: CompactionOptions) -> int
     return spec_id
 
 
-class _SharedLists:
-    """One list object per plan for each list value that most entries repeat: no deletes, no partition
-    values, one row group at offset 4, one integer partition value (~150 bytes a file of the plan of a
-    table of small files). Nothing changes a plan's entries in place. Only empty lists and lists of one
-    ``int`` are shared: ``[True]`` and ``[1]`` are equal in Python but not in JSON."""
-
-    def __init__(self) -> None:
-        self._empty: list[Any] = []
-        self._one_int: dict[int, list[Any]] = {}
-
-    def share(self, value: list[Any]) -> list[Any]:
-        if not value:
-            return self._empty
-        if len(value) == 1 and type(value[0]) is int:
-            return self._one_int.setdefault(value[0], value)
-        return value
-
-
 def _candidate(
-    scanned: ScannedFile, specs: Mapping[int, PartitionSpec], schema: Schema, shared: _SharedLists
+    scanned: ScannedFile, specs: Mapping[int, PartitionSpec], schema: Schema, packer: EntryPacker
 ) -> FileCandidate:
-    """What the file and group filters need to know about one live data file, and its task entry.
+    """What the file and group filters need to know about one live data file; its handle is its task
+    entry's number in ``packer``.
 
-    The entry (the file's JSON without column metrics, with its deletes) is made here, as the manifests
-    stream by, and is the candidate's handle: no DataFile outlives its manifest entry, so a table of
-    500,000 files is planned in a few hundred bytes per file instead of the DataFiles' ~5 KB, and the
-    task documents hold the same entry objects (nothing is copied), their common lists shared
-    (:class:`_SharedLists`)."""
+    The entry (the file's JSON without column metrics, with its deletes) is made and packed here, as the
+    manifests stream by: no DataFile outlives its manifest entry and no entry stays a dict, so a table of
+    500,000 files is planned in a few hundred bytes per file instead of the DataFiles' ~5 KB."""
     data_file = scanned.data_file
-    entry = scanned_to_json(scanned, specs, schema, metrics=False)
-    entry["delete-files"] = shared.share(entry["delete-files"])
-    doc = entry["data-file"]
-    doc["partition"] = shared.share(doc["partition"])
-    if "split-offsets" in doc:
-        doc["split-offsets"] = shared.share(doc["split-offsets"])
     return FileCandidate(
         path=data_file.file_path,
         size_bytes=data_file.file_size_in_bytes,
@@ -180,7 +163,7 @@ def _candidate(
         file_scoped_deleted_records=sum(
             d.data_file.record_count for d in scanned.delete_files if is_file_scoped(d.data_file)
         ),
-        handle=entry,
+        handle=packer.add(scanned_to_json(scanned, specs, schema, metrics=False)),
     )
 
 
@@ -190,6 +173,7 @@ def _rewrite_task(
     commit_batch: int,
     snapshot: Snapshot,
     output_spec_id: int,
+    packer: EntryPacker,
 ) -> RewriteTask:
     """The task of one planned group. Which delete files the commit drops is decided at commit time,
     on the head it commits on, so the task carries only its inputs and the deletes that apply to them.
@@ -211,7 +195,7 @@ def _rewrite_task(
         output_spec_id=output_spec_id,
         needs_repartition=group.needs_repartition,
         input_bytes=group.input_bytes,
-        data_files=[c.handle for c in group.files if isinstance(c.handle, dict)],
+        data_files=packer.take(c.handle for c in group.files if isinstance(c.handle, int)),  # type: ignore[typeddict-item]
     )
 
 

@@ -16,7 +16,6 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     RewriteResult,
     RewriteTask,
 )
-from airflow_provider_iceberg_exec.engine.documents.packed import PackedEntries
 from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError, IcebergExecError
 from airflow_provider_iceberg_exec.engine.ops.compaction.commit import commit_compaction, landed_result
 from airflow_provider_iceberg_exec.engine.ops.compaction.plan import plan_compaction
@@ -74,6 +73,8 @@ def compact(
         sort_order=sort_order,
         branch=branch,
         only_files_with_equality_deletes=only_files_with_equality_deletes,
+        # Held until the commit, by the tasks and then by their results: packed, not a dict a file.
+        packed=True,
     )
     resolved = CompactionOptions.from_options(plan["options"])
     summary = PlanSummary(
@@ -83,9 +84,6 @@ def compact(
     input_bytes = sum(
         int(e["data-file"]["file-size-in-bytes"]) for t in plan["tasks"] for e in t["data_files"]
     )
-    for task in plan["tasks"]:
-        # Held until the commit, by the task and then by its result: packed, not as a dict a file.
-        task["data_files"] = PackedEntries.pack(task["data_files"])  # type: ignore[typeddict-item]
     # Each task is let go once rewritten: its result keeps only what the commit reads.
     tasks = collections.deque(plan["tasks"])
     del plan

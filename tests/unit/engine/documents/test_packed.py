@@ -82,6 +82,15 @@ def test_every_entry_comes_back_as_it_was_packed_and_the_list_is_let_go() -> Non
     assert packed.shapes == len(plain) + sum(1 for e in expected if e["delete-files"])
 
 
+def test_entries_of_one_rest_share_its_lists_and_only_those_whose_json_is_the_same() -> None:
+    packed = PackedEntries.pack([_entry(n, p) for n, p in enumerate([[1], [1], [True], [1.0], [1]])])
+    partitions = [packed[i]["data-file"]["partition"] for i in range(len(packed))]
+
+    assert partitions[0] is partitions[1] is partitions[4]
+    assert [json.dumps(p) for p in partitions] == ["[1]", "[1]", "[true]", "[1.0]", "[1]"]
+    assert packed[0]["delete-files"] is packed[4]["delete-files"]
+
+
 def test_entries_handed_out_are_new_dicts() -> None:
     packed = PackedEntries.pack(_entries())
     first = packed[0]
