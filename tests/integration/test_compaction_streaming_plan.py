@@ -173,7 +173,7 @@ def test_commit_base_keeps_only_the_removed_files_and_still_proves_them(
     from pyiceberg.manifest import DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
-    from airflow_provider_iceberg_exec.engine.commit.verification import BaseFiles
+    from airflow_provider_iceberg_exec.engine.commit.verification import BaseFiles, RemovedClaim
     from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 
     table = _mixed_table(catalog)
@@ -196,12 +196,12 @@ def test_commit_base_keeps_only_the_removed_files_and_still_proves_them(
     entry = scanned_to_json(everything.live[removed], table.metadata.specs(), table.metadata.schema())
     applied = {removed: applied_deletes_of(entry)}
     assert applied[removed]["delete-files"], "the file has deletes applied: the check compares them"
-    claimed = everything.live[removed].data_file
+    claimed = RemovedClaim.of(everything.live[removed].data_file)
     assert lean.check_removed([claimed], applied) == everything.check_removed([claimed], applied)
     assert lean.live == {}
     assert not any(isinstance(v, DataFile) for proof in lean._proofs.values() for v in proof)  # type: ignore[union-attr]
     # A file live in the base but not among those kept, and one the base does not have, are refused.
     with pytest.raises(DataFileCodecError, match="was not live in base snapshot"):
-        lean.check_removed([everything.live[other].data_file], {other: applied[removed]})
+        lean.check_removed([RemovedClaim.of(everything.live[other].data_file)], {other: applied[removed]})
     with pytest.raises(DataFileCodecError, match="was not live in base snapshot"):
-        lean.check_removed([gone], {})
+        lean.check_removed([RemovedClaim.of(gone)], {})

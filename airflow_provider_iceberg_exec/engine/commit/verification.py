@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 #: a delete file's content as the task documents spell it
 _CONTENT_NAMES = {1: "position-deletes", 2: "equality-deletes"}
 
-__all__ = ["BaseFiles", "RemovedAtBase", "check_rows", "verify_added_files"]
+__all__ = ["BaseFiles", "RemovedAtBase", "RemovedClaim", "check_rows", "verify_added_files"]
 
 
 def verify_added_files(table: Table, files: Sequence[DataFile]) -> None:
@@ -126,6 +126,26 @@ def _verify_dv(table: Table, dv: DataFile, footers: dict[str, Any]) -> None:
         raise DataFileCodecError(f"added DV {path}@{offset} is not valid: {err}") from err
 
 
+class RemovedClaim(NamedTuple):
+    """What a result claims of one file it removes, as :meth:`BaseFiles.check_removed` proves it."""
+
+    file_path: str
+    #: v3: the ``first_row_id`` the result read the file with (``None`` before v3)
+    first_row_id: int | None
+
+    @classmethod
+    def of(cls, data_file: DataFile) -> RemovedClaim:
+        from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
+
+        return cls(data_file.file_path, first_row_id(data_file))
+
+    @classmethod
+    def of_json(cls, doc: Mapping[str, Any]) -> RemovedClaim:
+        """The claim of a removed file's content-file JSON, without decoding it (as
+        :func:`.data_file_from_json` reads ``file-path`` and ``first-row-id``)."""
+        return cls(doc["file-path"], doc.get("first-row-id"))
+
+
 @dataclass(frozen=True)
 class RemovedAtBase:
     """What the base snapshot's metadata says about the removed data files and the deletes applied.
@@ -189,7 +209,7 @@ class BaseFiles:
             self.missing = False
 
     def check_removed(
-        self, removed: Sequence[DataFile], applied: Mapping[str, Mapping[str, Any]]
+        self, removed: Sequence[RemovedClaim], applied: Mapping[str, Mapping[str, Any]]
     ) -> RemovedAtBase:
         """Check removed files and the deletes applied to them (``applied_deletes`` of a result).
 
@@ -198,15 +218,13 @@ class BaseFiles:
         """
         from pyiceberg.manifest import DataFileContent
 
-        from airflow_provider_iceberg_exec.engine.meta.row_ids import first_row_id
-
         if removed and (self.missing or self.base_snapshot_id is None):
             raise DataFileCodecError(f"base snapshot {self.base_snapshot_id} is not a snapshot of the table")
         position_deletes: dict[tuple[str, int | None], int] = {}
         equality = False
         records = 0
-        for data_file in removed:
-            path = data_file.file_path
+        for claim in removed:
+            path = claim.file_path
             scanned = self._proof(path)
             if scanned is None:
                 why = "was not live" if not self.filtered else "was not live or cannot match the predicate"
@@ -214,11 +232,11 @@ class BaseFiles:
                     f"removed file {path} {why} in base snapshot {self.base_snapshot_id}"
                 )
             records += scanned.record_count
-            if first_row_id(data_file) != scanned.first_row_id:
+            if claim.first_row_id != scanned.first_row_id:
                 # v3: the rewrite materialised _row_id from the first_row_id it was given
                 raise DataFileCodecError(
                     f"removed file {path} has first_row_id {scanned.first_row_id} in the base "
-                    f"snapshot, the result says {first_row_id(data_file)}; plan again"
+                    f"snapshot, the result says {claim.first_row_id}; plan again"
                 )
             claimed = applied[path]
             if int(claimed["data-sequence-number"]) != scanned.data_sequence_number:

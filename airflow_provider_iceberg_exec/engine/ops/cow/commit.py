@@ -21,7 +21,12 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import (
     commit_overwrite,
     find_commit,
 )
-from airflow_provider_iceberg_exec.engine.commit.verification import BaseFiles, check_rows, verify_added_files
+from airflow_provider_iceberg_exec.engine.commit.verification import (
+    BaseFiles,
+    RemovedClaim,
+    check_rows,
+    verify_added_files,
+)
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.contracts import COW_COMMIT_RESULT, CowCommitResult
 from airflow_provider_iceberg_exec.engine.documents import check_cow_result
@@ -295,7 +300,7 @@ def _verify_result(
     added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]
     verify_added_files(table, added)
     check_rows(
-        base_files.check_removed(removed, doc["applied_deletes"]),
+        base_files.check_removed([RemovedClaim.of(f) for f in removed], doc["applied_deletes"]),
         kept=sum(f.record_count for f in added) - int(doc["inserted_rows"]),
         by_deletes=int(doc["delete_file_rows"]),
         by_operation=int(doc["deleted_rows"]),

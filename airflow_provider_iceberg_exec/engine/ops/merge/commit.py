@@ -27,7 +27,12 @@ from airflow_provider_iceberg_exec.engine.commit.snapshots import (
     commit_row_delta,
     find_commit,
 )
-from airflow_provider_iceberg_exec.engine.commit.verification import BaseFiles, check_rows, verify_added_files
+from airflow_provider_iceberg_exec.engine.commit.verification import (
+    BaseFiles,
+    RemovedClaim,
+    check_rows,
+    verify_added_files,
+)
 from airflow_provider_iceberg_exec.engine.contracts import MERGE_RESULT
 from airflow_provider_iceberg_exec.engine.documents.merge import check_merge_task_result
 from airflow_provider_iceberg_exec.engine.errors import (
@@ -270,7 +275,7 @@ def _verify(table: Table, doc: Mapping[str, Any], base_files: BaseFiles) -> None
     what = f"merge task {doc['task_id']}"
     if doc["mode"] == "copy-on-write":
         check_rows(
-            base_files.check_removed(removed, doc["applied_deletes"]),
+            base_files.check_removed([RemovedClaim.of(f) for f in removed], doc["applied_deletes"]),
             kept=int(doc["num_target_rows_copied"]),
             by_deletes=int(doc["delete_file_rows"]),
             by_operation=int(doc["num_target_rows_updated"]) + int(doc["num_target_rows_deleted"]),
