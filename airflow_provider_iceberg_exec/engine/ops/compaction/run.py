@@ -17,6 +17,7 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     RewriteTask,
 )
 from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError, IcebergExecError
+from airflow_provider_iceberg_exec.engine.io.session import release_memory
 from airflow_provider_iceberg_exec.engine.ops.compaction.commit import commit_compaction, landed_result
 from airflow_provider_iceberg_exec.engine.ops.compaction.plan import plan_compaction
 from airflow_provider_iceberg_exec.engine.ops.compaction.rewrite import execute_rewrite_task
@@ -87,6 +88,7 @@ def compact(
     # Each task is let go once rewritten: its result keeps only what the commit reads.
     tasks = collections.deque(plan["tasks"])
     del plan
+    release_memory(arrow=False)  # the planner's candidates: the rewrite starts without their pages
     results: list[RewriteResult] = []
     try:
         with track("compaction", files_total=files, bytes_total=input_bytes):

@@ -3,6 +3,9 @@ partition values), split by partition, rolled at the target size, and nothing le
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
@@ -39,7 +42,7 @@ def _batch(ids: range, day: date | None) -> pa.RecordBatch:
     )
 
 
-def _writer(table, target: int) -> RollingDataFileWriter:
+def _writer(table, target: int, encode_turns: threading.Lock | None = None) -> RollingDataFileWriter:
     return RollingDataFileWriter(
         io=table.io,
         location_provider=table.location_provider(),
@@ -49,6 +52,7 @@ def _writer(table, target: int) -> RollingDataFileWriter:
         target_file_size_bytes=target,
         buffer_bytes=16 * 1024,
         file_prefix="7",
+        encode_turns=encode_turns,
     )
 
 
@@ -91,6 +95,36 @@ def test_files_roll_at_the_target_size_and_keep_every_row(table) -> None:
     # partitioning=None: the file alone (PyArrow 23 adds the day=... of its path as a column)
     ids = pa.concat_tables([pq.read_table(path, partitioning=None) for path in paths]).column("id")
     assert sorted(ids.to_pylist()) == list(range(20_000))
+
+
+def test_writers_sharing_encode_turns_encode_one_row_group_at_a_time(table, monkeypatch) -> None:
+    """Two lanes' writers on two threads: with shared turns no two encodes overlap, and every row is
+    written; without, they do overlap (the check can fail)."""
+    from airflow_provider_iceberg_exec.engine.io import write
+
+    encoding: list[int] = []
+    most = [0]
+    original = write.RollingDataFileWriter._encode
+
+    def encode(self: RollingDataFileWriter, current: object) -> None:
+        encoding.append(1)
+        most[0] = max(most[0], len(encoding))
+        time.sleep(0.01)  # long enough for the other thread to arrive
+        encoding.pop()
+        original(self, current)
+
+    monkeypatch.setattr(write.RollingDataFileWriter, "_encode", encode)
+
+    def run(turns: threading.Lock | None) -> tuple[int, int]:
+        most[0] = 0
+        writers = [_writer(table, target=64 * 1024, encode_turns=turns) for _ in range(2)]
+        batches = [_batch(range(i, i + 500), date(2024, 1, 1)) for i in range(0, 10_000, 500)]
+        with ThreadPoolExecutor(2) as pool:
+            files = list(pool.map(lambda w: (_write_all(w, table, batches), w.close())[1], writers))
+        return most[0], sum(f.record_count for lane in files for f in lane)
+
+    assert run(threading.Lock()) == (1, 20_000)
+    assert run(None)[0] == 2
 
 
 def test_abort_removes_every_file_written_finished_or_not(table) -> None:
