@@ -205,3 +205,28 @@ def test_commit_base_keeps_only_the_removed_files_and_still_proves_them(
         lean.check_removed([RemovedClaim.of(everything.live[other].data_file)], {other: applied[removed]})
     with pytest.raises(DataFileCodecError, match="was not live in base snapshot"):
         lean.check_removed([RemovedClaim.of(gone)], {})
+
+
+def test_a_packed_plan_gives_every_entry_as_the_scan_encodes_it(catalog: SqlCatalog) -> None:
+    """compact()'s plan keeps its entries packed: each must come back as the scanned file's own entry,
+    deletes, partitions of both specs and sequence numbers included, and the plan's lists must be the same."""
+    table = _mixed_table(catalog)
+    metadata, snapshot = table.metadata, table.current_snapshot()
+    assert snapshot is not None
+    specs, schema = metadata.specs(), metadata.schema()
+    by_path = {
+        f.data_file.file_path: scanned_to_json(f, specs, schema, metrics=False)
+        for f in scan_snapshot(table.io, metadata, snapshot).data_files
+    }
+
+    packed = plan_compaction(table, options=_ALL, packed=True)
+    listed = plan_compaction(table, options=_ALL)
+
+    entries = [e for task in packed["tasks"] for e in task["data_files"]]
+    assert len(entries) == len(by_path) == 25
+    assert sum(1 for e in entries if e["delete-files"]) > 2
+    assert json.dumps(entries, sort_keys=True) == json.dumps(
+        [by_path[e["data-file"]["file-path"]] for e in entries], sort_keys=True
+    )
+    assert [list(t["data_files"]) for t in packed["tasks"]] == [t["data_files"] for t in listed["tasks"]]
+    assert all(type(t["data_files"]) is list for t in listed["tasks"])

@@ -93,6 +93,7 @@ def compact(
     try:
         with track("compaction", files_total=files, bytes_total=input_bytes):
             failed_files = _rewrite_groups(table, tasks, limits, resolved, results)
+        release_memory()  # the rewrite's buffers: the commit starts without their pages
         outcome = commit_compaction(
             table, results, commit_id=commit_id or uuid.uuid4().hex, failed_data_files_count=failed_files
         )
