@@ -607,6 +607,30 @@ def test_decodes_java_style_documents():
     }
 
 
+def test_files_decoded_with_shared_partitions_equal_those_decoded_alone() -> None:
+    """One record per distinct partition JSON of a spec; every file still decodes as it does alone, and a
+    bad partition is still refused."""
+    schema = _schema(LongType(), DateType())
+    specs = _error_specs()
+    docs = [
+        {**_valid_doc(), "file-path": f"s3://b/t/{i}.parquet", "partition": [value]}
+        for i, value in enumerate(["2024-01-01", "2024-01-02", "2024-01-01", None, None])
+    ]
+    shared: dict[tuple[int, str], Record] = {}
+
+    files = [data_file_from_json(d, specs, schema, partitions=shared) for d in docs]
+
+    assert [_stored_fields(f) for f in files] == [
+        _stored_fields(data_file_from_json(d, specs, schema)) for d in docs
+    ]
+    assert files[0].partition is files[2].partition
+    assert files[3].partition is files[4].partition
+    assert files[0].partition is not files[1].partition
+    assert len(shared) == 3
+    with pytest.raises(DataFileCodecError, match="partition"):
+        data_file_from_json({**docs[0], "partition": ["not a date"]}, specs, schema, partitions=shared)
+
+
 # --- errors -----------------------------------------------------------------------------------------------
 
 
