@@ -58,6 +58,17 @@ def _entries() -> list[dict[str, Any]]:
     ]
 
 
+def _packed_task(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "schema": "iceberg-exec/rewrite-task@1",
+        "table": "ns.t",
+        "group_id": "3",
+        "base_snapshot_id": 1,
+        "output_spec_id": 0,
+        "data_files": PackedEntries.pack(entries),
+    }
+
+
 def test_every_entry_comes_back_as_it_was_packed_and_the_list_is_let_go() -> None:
     entries = _entries()
     expected = copy.deepcopy(entries)
@@ -103,14 +114,7 @@ def test_entries_handed_out_are_new_dicts() -> None:
 
 def test_a_task_and_a_result_with_packed_files_pass_the_same_checks_as_with_lists() -> None:
     entries = _entries()
-    task = {
-        "schema": "iceberg-exec/rewrite-task@1",
-        "table": "ns.t",
-        "group_id": "3",
-        "base_snapshot_id": 1,
-        "output_spec_id": 0,
-        "data_files": PackedEntries.pack(copy.deepcopy(entries)),
-    }
+    task = _packed_task(copy.deepcopy(entries))
     documents.check_rewrite_task(task)
 
     result = {
@@ -143,14 +147,7 @@ def test_a_task_and_a_result_with_packed_files_pass_the_same_checks_as_with_list
 def test_a_packed_task_repeating_a_file_is_refused_as_a_list_is() -> None:
     entries = _entries()[:3]
     entries.append(copy.deepcopy(entries[0]))
-    task = {
-        "schema": "iceberg-exec/rewrite-task@1",
-        "table": "ns.t",
-        "group_id": "3",
-        "base_snapshot_id": 1,
-        "output_spec_id": 0,
-        "data_files": PackedEntries.pack(entries),
-    }
+    task = _packed_task(entries)
     with pytest.raises(DataFileCodecError, match="more than once"):
         documents.check_rewrite_task(task)
 
