@@ -5,8 +5,9 @@ about 650 bytes a file with its path). :func:`.compact` holds its plan, then eac
 process: a group of 500,000 small files held 320 MB of these dicts from the plan to the commit.
 :class:`PackedEntries` holds each file's path, size and record count in columns and the rest (spec,
 format, partition, split offsets, sequence number, deletes) once for all the files that share it, about
-200 bytes a file. Every entry it hands out is a new dict equal to the one packed, so the documents'
-checks and readers take it as they take a list; it is never written as JSON (``json.dumps`` refuses it).
+200 bytes a file. Every entry it hands out is a new dict equal to the one packed (its lists shared with
+the entries of the same rest: nothing changes a plan's entries in place), so the documents' checks and
+readers take it as they take a list; it is never written as JSON (``json.dumps`` refuses it).
 """
 
 from __future__ import annotations
