@@ -377,7 +377,7 @@ def _open(io: FileIO, path: str) -> InputStream:
     """``path`` opened for reading (a seekable stream of ``io``)."""
     try:
         return io.new_input(path).open()
-    except (FileNotFoundError, OSError) as err:
+    except OSError as err:  # FileNotFoundError included
         raise DataFileReadError(f"data file {path} cannot be opened: {err}") from err
 
 

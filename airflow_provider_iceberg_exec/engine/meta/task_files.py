@@ -96,14 +96,12 @@ class FileCounts(NamedTuple):
 
     @classmethod
     def of(cls, scanned: ScannedFile) -> FileCounts:
-        from pyiceberg.manifest import DataFileContent
-
         data_file = scanned.data_file
         return cls(
             data_file.record_count,
             data_file.file_size_in_bytes,
             sum(d.data_file.record_count for d in scanned.delete_files),
-            any(d.data_file.content == DataFileContent.EQUALITY_DELETES for d in scanned.delete_files),
+            has_equality_deletes(scanned),
         )
 
 
@@ -122,10 +120,12 @@ class TaskFiles(Sequence[ScannedFile]):
         schema: Schema,
         *,
         metrics: bool = True,
+        partitions: dict[tuple[int, str], Record] | None = None,
     ) -> None:
         self._entries, self._specs, self._schema, self._metrics = entries, specs, schema, metrics
-        # The files of one partition share its record: decoding it was 40 % of an unpartitioned file's.
-        self._partitions: dict[tuple[int, str], Record] = {}
+        # The files of one partition share its record (slices too): decoding it was 40 % of an
+        # unpartitioned file's.
+        self._partitions: dict[tuple[int, str], Record] = {} if partitions is None else partitions
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -138,9 +138,13 @@ class TaskFiles(Sequence[ScannedFile]):
 
     def __getitem__(self, index: int | slice) -> ScannedFile | TaskFiles:
         if isinstance(index, slice):
-            files = TaskFiles(self._entries[index], self._specs, self._schema, metrics=self._metrics)
-            files._partitions = self._partitions
-            return files
+            return TaskFiles(
+                self._entries[index],
+                self._specs,
+                self._schema,
+                metrics=self._metrics,
+                partitions=self._partitions,
+            )
         return self._decode(self._entries[index])
 
     def _decode(self, entry: Mapping[str, Any]) -> ScannedFile:
