@@ -230,3 +230,35 @@ def test_a_packed_plan_gives_every_entry_as_the_scan_encodes_it(catalog: SqlCata
     )
     assert [list(t["data_files"]) for t in packed["tasks"]] == [t["data_files"] for t in listed["tasks"]]
     assert all(type(t["data_files"]) is list for t in listed["tasks"])
+
+
+@pytest.mark.parametrize("claim", [1, None], ids=["moved", "dropped"])
+def test_a_result_claiming_another_first_row_id_is_refused_with_the_table_unchanged(
+    catalog: SqlCatalog, claim: int | None
+) -> None:
+    """The commit proves the removed files from the result's JSON claims: an edited ``first-row-id`` (the
+    row ids the rewrite materialised) must be refused before anything is committed."""
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+    from airflow_provider_iceberg_exec.engine.ops.compaction import commit_compaction, execute_rewrite_task
+
+    table = _upgraded(catalog)
+    _v3_append(table, 30, 10)
+    _v3_append(table, 40, 10)
+    plan = plan_compaction(table, options=_ALL)
+    results = [execute_rewrite_task(table, task, ResourceLimits()) for task in plan["tasks"]]
+    before = table.metadata.current_snapshot_id
+    claimed = next(f for r in results for f in r["rewritten_data_files"] if f.get("first-row-id"))
+    honest = claimed["first-row-id"]
+    if claim is None:
+        del claimed["first-row-id"]
+    else:
+        claimed["first-row-id"] = honest + claim
+
+    with pytest.raises(DataFileCodecError, match="first_row_id"):
+        commit_compaction(table, results, commit_id="edited")
+    table.refresh()
+    assert table.metadata.current_snapshot_id == before
+
+    claimed["first-row-id"] = honest  # the honest claim commits
+    assert commit_compaction(table, results, commit_id="honest")["snapshot_ids"]
