@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,8 +264,16 @@ def test_rewrite_output_is_streamed_as_a_multipart_upload(
         current = writer._current
         if current is not None:  # the last row group and the footer are still to be written
             bucket, key = _s3_key(current.path)
-            upload_id = seaweedfs_server.multipart_uploads(bucket, prefix=key).get(key)
-            parts = seaweedfs_server.uploaded_parts(bucket, key, upload_id) if upload_id else []
+            # Parts go up on the stream's background threads: the writer waits here, so a part that
+            # lands while it waits was still sent before the file was finished. Under load the last
+            # ones can lag: wait for them (a file buffered whole has no upload to wait for).
+            deadline = time.monotonic() + 10
+            while True:
+                upload_id = seaweedfs_server.multipart_uploads(bucket, prefix=key).get(key)
+                parts = seaweedfs_server.uploaded_parts(bucket, key, upload_id) if upload_id else []
+                if sum(parts) > limits.writer_buffer_bytes or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             seen_at_close.append((key, parts))
         close(writer)
 
