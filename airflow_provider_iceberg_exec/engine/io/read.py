@@ -191,7 +191,8 @@ class _Projection:
             self._order = None
             return
         fast = pa.RecordBatch.from_arrays([batch.column(n) for n in names], schema=projected.schema)
-        if fast.equals(projected) and fast.schema.equals(projected.schema, check_metadata=True):
+        same = _same_buffers(fast, projected) or fast.equals(projected)  # equals() fails on a NaN
+        if same and fast.schema.equals(projected.schema, check_metadata=True):
             # _target last: threads reading files ahead share this projection and test it first.
             self._names, self._source = names, batch.schema
             self._identity = names == batch.schema.names and batch.schema.equals(
@@ -200,6 +201,19 @@ class _Projection:
             self._target = projected.schema
         else:
             self._order = None
+
+
+def _same_buffers(one: pa.RecordBatch, other: pa.RecordBatch) -> bool:
+    """Whether every column of ``other`` is ``one``'s own array: same type, slice and buffers (what a
+    projection that only relabels returns; NaN-safe, unlike ``equals``)."""
+    if one.num_columns != other.num_columns:
+        return False
+    for mine, theirs in zip(one.columns, other.columns, strict=True):
+        if mine.type != theirs.type or mine.offset != theirs.offset or len(mine) != len(theirs):
+            return False
+        if [b and b.address for b in mine.buffers()] != [b and b.address for b in theirs.buffers()]:
+            return False
+    return True
 
 
 def _fast_order(table_schema: Schema, file_projection: Schema) -> dict[str, str] | None:
