@@ -452,7 +452,7 @@ def _distinct_bytes(column: pa.ChunkedArray, target_rows: int, page_limit_bytes:
             break
     if seen is None:
         return 0
-    estimate = seen.nbytes
+    estimate = int(seen.nbytes)
     if len(seen) == probed:
         return estimate * target_rows // probed
     if estimate <= page_limit_bytes < estimate * target_rows // probed:
