@@ -16,11 +16,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
+from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
 from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import batch_projection
 from airflow_provider_iceberg_exec.engine.io.read import (
     ProjectionCache,
     coalesce_batches,
     iter_data_file_batches,
+    plain_location,
     read_files_joined,
 )
 
@@ -332,3 +334,62 @@ def test_a_file_with_nan_takes_the_fast_path_with_pyiceberg_result(tmp_path: Pat
         assert got.column(1).is_nan().to_pylist() == [False, True, None]
     (projection,) = cache._projections.values()
     assert projection._target is not None
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "file:///tmp/warehouse/data/00000-0-a.parquet",
+        "s3://bucket/warehouse/data/part=1/f.parquet",
+        "s3a://bucket/a b/c%20d.parquet",
+        "gs://bucket/x.parquet",
+        "abfss://container@account.dfs.core.windows.net/t/f.parquet",
+        "s3://bucket:9000/k.parquet",
+        "file://host/tmp/x.parquet",
+        # not plain: parsed by PyIceberg as usual
+        "hdfs://namenode:8020/warehouse/f.parquet",
+        "viewfs://cluster/f.parquet",
+        "s3://bucket/f.parquet?versionId=3",
+        "s3://bucket/f.parquet#frag",
+        "s3://bucket/dir;v=1/f.parquet",
+        "S3://bucket/f.parquet",
+        "/tmp/warehouse/f.parquet",
+        "file:/tmp/f.parquet",
+        "relative/f.parquet",
+    ],
+)
+def test_a_plain_location_parses_as_pyiceberg_parses_it(location: str) -> None:
+    """Small files are opened without ``urlparse``: on the same filesystem and path as PyIceberg's."""
+    parsed = plain_location(location)
+    if parsed is not None:
+        assert parsed == PyArrowFileIO.parse_location(location)
+    plain = location.split("://", 1)[0] in {"file", "s3", "s3a", "gs", "abfss"} and not any(
+        c in location for c in "?#;"
+    )
+    assert (parsed is not None) == plain
+
+
+def test_a_small_file_opened_by_its_plain_location_reads_as_through_the_fileio(tmp_path: Path) -> None:
+    data_file = _write(tmp_path / "f.parquet", SAME, 10, 0)
+    uri = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path="file://" + str(tmp_path / "f.parquet"),
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=10,
+        file_size_in_bytes=data_file.file_size_in_bytes,
+        spec_id=0,
+    )
+    for got, expected in zip(_read(uri), _reference(data_file), strict=True):
+        assert got.equals(expected)
+    missing = DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path="file://" + str(tmp_path / "gone.parquet"),
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=10,
+        file_size_in_bytes=10,
+        spec_id=0,
+    )
+    with pytest.raises(DataFileReadError, match="cannot be opened"):
+        _read(missing)
