@@ -45,13 +45,18 @@ def _write(path: Path, schema: pa.Schema, rows: int, start: int) -> DataFile:
         else:
             columns.append(pa.array(range(start, start + rows), field.type))
     pq.write_table(pa.Table.from_arrays(columns, schema=schema), path)
+    return _data_file(str(path), rows, path.stat().st_size)
+
+
+def _data_file(location: str, rows: int, size: int) -> DataFile:
+    """An unpartitioned data file's entry at ``location``."""
     return DataFile.from_args(
         content=DataFileContent.DATA,
-        file_path=str(path),
+        file_path=location,
         file_format=FileFormat.PARQUET,
         partition=Record(),
         record_count=rows,
-        file_size_in_bytes=path.stat().st_size,
+        file_size_in_bytes=size,
         spec_id=0,
     )
 
@@ -304,15 +309,7 @@ def test_a_file_with_nan_takes_the_fast_path_with_pyiceberg_result(tmp_path: Pat
     schema = pa.schema([_field("id", pa.int64(), 1, False), _field("price", pa.float64(), 2)])
     path = tmp_path / "nan.parquet"
     pq.write_table(pa.table({"id": [1, 2, 3], "price": [1.5, float("nan"), None]}, schema=schema), path)
-    data_file = DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path=str(path),
-        file_format=FileFormat.PARQUET,
-        partition=Record(),
-        record_count=3,
-        file_size_in_bytes=path.stat().st_size,
-        spec_id=0,
-    )
+    data_file = _data_file(str(path), 3, path.stat().st_size)
     cache = ProjectionCache()
     for _ in range(2):  # the second read goes through the learnt fast path
         (got,) = iter_data_file_batches(
@@ -371,25 +368,9 @@ def test_a_plain_location_parses_as_pyiceberg_parses_it(location: str) -> None:
 
 def test_a_small_file_opened_by_its_plain_location_reads_as_through_the_fileio(tmp_path: Path) -> None:
     data_file = _write(tmp_path / "f.parquet", SAME, 10, 0)
-    uri = DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path="file://" + str(tmp_path / "f.parquet"),
-        file_format=FileFormat.PARQUET,
-        partition=Record(),
-        record_count=10,
-        file_size_in_bytes=data_file.file_size_in_bytes,
-        spec_id=0,
-    )
+    uri = _data_file("file://" + str(tmp_path / "f.parquet"), 10, data_file.file_size_in_bytes)
     for got, expected in zip(_read(uri), _reference(data_file), strict=True):
         assert got.equals(expected)
-    missing = DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path="file://" + str(tmp_path / "gone.parquet"),
-        file_format=FileFormat.PARQUET,
-        partition=Record(),
-        record_count=10,
-        file_size_in_bytes=10,
-        spec_id=0,
-    )
+    missing = _data_file("file://" + str(tmp_path / "gone.parquet"), 10, 10)
     with pytest.raises(DataFileReadError, match="cannot be opened"):
         _read(missing)
