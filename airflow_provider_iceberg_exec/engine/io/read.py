@@ -212,9 +212,13 @@ def _same_buffers(one: pa.RecordBatch, other: pa.RecordBatch) -> bool:
     for mine, theirs in zip(one.columns, other.columns, strict=True):
         if mine.type != theirs.type or mine.offset != theirs.offset or len(mine) != len(theirs):
             return False
-        if [b and b.address for b in mine.buffers()] != [b and b.address for b in theirs.buffers()]:
+        if _addresses(mine) != _addresses(theirs):
             return False
     return True
+
+
+def _addresses(array: pa.Array) -> list[int | None]:
+    return [None if buffer is None else buffer.address for buffer in array.buffers()]
 
 
 def _fast_order(table_schema: Schema, file_projection: Schema) -> dict[str, str] | None:

@@ -446,7 +446,7 @@ def _distinct_bytes(column: pa.ChunkedArray, target_rows: int, page_limit_bytes:
         probed = min(probe_rows, start + _DICTIONARY_PROBE_SLICE_ROWS)
         if seen.nbytes > page_limit_bytes or (
             # Every value so far distinct (ids, timestamps): the rows to come add as many, so the
-            # extrapolation decides now (probing on took 0.6 s on 400,000 ids).
+            # extrapolation decides now (probing further took 0.6 s on 400,000 ids).
             len(seen) == probed and seen.nbytes * target_rows // probed > page_limit_bytes
         ):
             break

@@ -374,3 +374,21 @@ def test_a_small_file_opened_by_its_plain_location_reads_as_through_the_fileio(t
     missing = _data_file("file://" + str(tmp_path / "gone.parquet"), 10, 10)
     with pytest.raises(DataFileReadError, match="cannot be opened"):
         _read(missing)
+
+
+def test_batches_are_the_same_arrays_only_by_their_own_buffers() -> None:
+    """The fast path's check: the same arrays, relabelled; never a copy, however equal; empty arrays
+    (whose buffers may be empty or absent) compared without error."""
+    from airflow_provider_iceberg_exec.engine.io.read import _same_buffers
+
+    batch = pa.record_batch([pa.array([1.0, float("nan")]), pa.array(["a", None])], names=["x", "y"])
+    relabelled = pa.RecordBatch.from_arrays(batch.columns, names=["p", "q"])
+    copied = pa.record_batch([pa.array([1.0, float("nan")]), pa.array(["a", None])], names=["x", "y"])
+    empty = pa.record_batch([pa.array([], pa.string())], names=["y"])
+    absent = pa.record_batch([pa.array([None], pa.string()).slice(1)], names=["y"])
+
+    assert _same_buffers(batch, relabelled)
+    assert not _same_buffers(batch, copied)
+    assert _same_buffers(empty, empty)
+    assert not _same_buffers(empty, absent)
+    assert not _same_buffers(batch, batch.slice(1))
