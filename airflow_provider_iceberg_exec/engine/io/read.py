@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import re
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Generic, TypeVar, cast
@@ -395,39 +394,9 @@ def _read_whole(io: FileIO, data_file: DataFile) -> bytes | None:
 def _open(io: FileIO, path: str) -> InputStream:
     """``path`` opened for reading (a seekable stream of ``io``)."""
     try:
-        if (opened := _open_plain_location(io, path)) is not None:
-            return opened
         return io.new_input(path).open()
     except OSError as err:  # FileNotFoundError included
         raise DataFileReadError(f"data file {path} cannot be opened: {err}") from err
-
-
-#: ``scheme://netloc/path`` with nothing ``urlparse`` would cut off (query, fragment, params)
-_PLAIN_LOCATION = re.compile(r"([a-z][a-z0-9+.-]*)://([^/?#;]*)(/[^?#;]*)")
-
-
-def _open_plain_location(io: FileIO, location: str) -> InputStream | None:
-    """``location`` opened on the filesystem ``PyArrowFileIO.new_input`` would open it on, at the same
-    path, without parsing it with ``urlparse`` (~30 us a file with the GIL held: on 50,000 tiny files,
-    three reader threads queued for it). ``None`` for any other FileIO or location: open it the usual way.
-    """
-    from pyiceberg.io.pyarrow import PyArrowFileIO
-
-    if type(io) is not PyArrowFileIO or (parsed := plain_location(location)) is None:
-        return None
-    scheme, netloc, path = parsed
-    stream: InputStream = io.fs_by_scheme(scheme, netloc).open_input_file(path)
-    return stream
-
-
-def plain_location(location: str) -> tuple[str, str, str] | None:
-    """``PyArrowFileIO.parse_location(location)`` for a plain ``scheme://netloc/path`` (nothing that
-    ``urlparse`` would cut off, not HDFS, whose path drops the netloc); ``None`` for any other."""
-    match = _PLAIN_LOCATION.fullmatch(location)
-    if match is None or match[1] in ("hdfs", "viewfs"):
-        return None
-    scheme, netloc, path = match.groups()
-    return scheme, netloc, f"{netloc}{path}"
 
 
 def _check_rows(data_file: DataFile, read_rows: int) -> None:

@@ -22,7 +22,6 @@ from airflow_provider_iceberg_exec.engine.io.read import (
     ProjectionCache,
     coalesce_batches,
     iter_data_file_batches,
-    plain_location,
     read_files_joined,
 )
 
@@ -165,8 +164,6 @@ def test_identity_only_where_the_files_columns_already_are_the_tables(tmp_path: 
 @pytest.mark.parametrize("claim", [9, 11])
 def test_a_file_whose_rows_differ_from_its_manifest_fails(tmp_path: Path, claim: int) -> None:
     """The rows read are checked against the manifest's record_count, read whole or streamed alike."""
-    from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
-
     written = _write(tmp_path / "f.parquet", SAME, rows=10, start=0)
     data_file = _claiming(written, record_count=claim)
     with pytest.raises(DataFileReadError, match=f"holds 10 rows but its manifest entry says {claim}"):
@@ -283,8 +280,6 @@ def test_files_read_joined_give_the_rows_of_each_file_read_alone(
 
 
 def test_a_file_read_joined_whose_rows_differ_from_its_manifest_fails(tmp_path: Path) -> None:
-    from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
-
     good = _claiming(_write(tmp_path / "good.parquet", SAME, rows=10, start=0))
     bad = _claiming(_write(tmp_path / "bad.parquet", SAME, rows=10, start=10), record_count=11)
     with pytest.raises(DataFileReadError, match=r"bad\.parquet holds 10 rows but its manifest entry says 11"):
@@ -331,49 +326,6 @@ def test_a_file_with_nan_takes_the_fast_path_with_pyiceberg_result(tmp_path: Pat
         assert got.column(1).is_nan().to_pylist() == [False, True, None]
     (projection,) = cache._projections.values()
     assert projection._target is not None
-
-
-@pytest.mark.parametrize(
-    "location",
-    [
-        "file:///tmp/warehouse/data/00000-0-a.parquet",
-        "s3://bucket/warehouse/data/part=1/f.parquet",
-        "s3a://bucket/a b/c%20d.parquet",
-        "gs://bucket/x.parquet",
-        "abfss://container@account.dfs.core.windows.net/t/f.parquet",
-        "s3://bucket:9000/k.parquet",
-        "file://host/tmp/x.parquet",
-        # not plain: parsed by PyIceberg as usual
-        "hdfs://namenode:8020/warehouse/f.parquet",
-        "viewfs://cluster/f.parquet",
-        "s3://bucket/f.parquet?versionId=3",
-        "s3://bucket/f.parquet#frag",
-        "s3://bucket/dir;v=1/f.parquet",
-        "S3://bucket/f.parquet",
-        "/tmp/warehouse/f.parquet",
-        "file:/tmp/f.parquet",
-        "relative/f.parquet",
-    ],
-)
-def test_a_plain_location_parses_as_pyiceberg_parses_it(location: str) -> None:
-    """Small files are opened without ``urlparse``: on the same filesystem and path as PyIceberg's."""
-    parsed = plain_location(location)
-    if parsed is not None:
-        assert parsed == PyArrowFileIO.parse_location(location)
-    plain = location.split("://", 1)[0] in {"file", "s3", "s3a", "gs", "abfss"} and not any(
-        c in location for c in "?#;"
-    )
-    assert (parsed is not None) == plain
-
-
-def test_a_small_file_opened_by_its_plain_location_reads_as_through_the_fileio(tmp_path: Path) -> None:
-    data_file = _write(tmp_path / "f.parquet", SAME, 10, 0)
-    uri = _data_file("file://" + str(tmp_path / "f.parquet"), 10, data_file.file_size_in_bytes)
-    for got, expected in zip(_read(uri), _reference(data_file), strict=True):
-        assert got.equals(expected)
-    missing = _data_file("file://" + str(tmp_path / "gone.parquet"), 10, 10)
-    with pytest.raises(DataFileReadError, match="cannot be opened"):
-        _read(missing)
 
 
 def test_batches_are_the_same_arrays_only_by_their_own_buffers() -> None:
