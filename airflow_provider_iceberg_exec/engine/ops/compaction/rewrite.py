@@ -510,7 +510,7 @@ def _rewrite_lane(
             max_bytes=min(READ_AHEAD_BYTES // 4, max(1, layout.target_file_size_bytes // 4)),
         ),
         depth=READ_AHEAD_BATCHES,
-        max_bytes=_lead_bytes(layout, limits) // lanes,
+        max_bytes=_lead_bytes(layout, limits, lanes),
     )
     try:
         added = _write_rows(live, run, layout, schema, limits, spill_dir, progress, stop)
@@ -522,14 +522,15 @@ def _rewrite_lane(
     return added
 
 
-def _lead_bytes(layout: _OutputLayout, limits: ResourceLimits) -> int:
-    """How far a group's reader may be ahead of its consumer, in decoded bytes: at least a row group of
-    a binpack writer, so that reading goes on while the writer encodes one (with half a row group,
-    merge-on-read at a 256 MiB limit took 7.3 s against 5.8 s); a sort takes its rows in runs of a
-    sixteenth of the limit and keeps the default lead (its peak RSS is the closer to its bound)."""
-    if layout.needs_order:
-        return READ_AHEAD_BYTES
-    return max(READ_AHEAD_BYTES, limits.writer_buffer_bytes)
+def _lead_bytes(layout: _OutputLayout, limits: ResourceLimits, lanes: int) -> int:
+    """How far a lane's reader may be ahead of its writer, in decoded bytes: the lanes share the default
+    lead, except that a lone binpack lane (a small group, or one with equality deletes) holds a row group
+    of its writer, so that reading goes on while it encodes one: nothing else runs then (with half a row
+    group, merge-on-read at a 256 MiB limit took 7.3 s against 5.8 s). A sort takes its rows in runs of a
+    sixteenth of the limit and keeps the default (its peak RSS is the closer to its bound)."""
+    if lanes == 1 and not layout.needs_order:
+        return max(READ_AHEAD_BYTES, limits.writer_buffer_bytes)
+    return READ_AHEAD_BYTES // lanes
 
 
 def _run_lanes(
