@@ -526,8 +526,8 @@ def _lead_bytes(layout: _OutputLayout, limits: ResourceLimits, lanes: int) -> in
     """How far a lane's reader may be ahead of its writer, in decoded bytes: the lanes share the default
     lead, except that a lone binpack lane (a small group, or one with equality deletes) holds a row group
     of its writer, so that reading goes on while it encodes one: nothing else runs then (with half a row
-    group, merge-on-read at a 256 MiB limit took 7.3 s against 5.8 s). A sort takes its rows in runs of a
-    sixteenth of the limit and keeps the default (its peak RSS is the closer to its bound)."""
+    group, merge-on-read at a 256 MiB limit took 7.0-7.3 s against 5.0-6.0 s). A sort takes its rows in
+    runs of a sixteenth of the limit and keeps the default (its peak RSS is the closer to its bound)."""
     if lanes == 1 and not layout.needs_order:
         return max(READ_AHEAD_BYTES, limits.writer_buffer_bytes)
     return READ_AHEAD_BYTES // lanes
