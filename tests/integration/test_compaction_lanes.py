@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.io import FileIO, InputStream
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -94,6 +96,36 @@ def _table(catalog: SqlCatalog, *, categories: tuple[str, ...] = ("a",), files: 
             )
             start += ROWS_PER_FILE
     return table
+
+
+def _hold_read_until_written(monkeypatch: pytest.MonkeyPatch, location: str, *, files: int) -> None:
+    """Hold the first opening of ``location`` until ``files`` output files were written (60 s at most; a
+    failed read is retried file by file). Each file is read ahead on its own, so holding one holds no
+    other."""
+    import airflow_provider_iceberg_exec.engine.io.read as read_module
+
+    written = threading.Semaphore(0)
+
+    class Counter(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("wrote "):
+                written.release()
+
+    logger = logging.getLogger(WRITE_LOG)
+    monkeypatch.setattr(logger, "handlers", [*logger.handlers, Counter()])
+    monkeypatch.setattr(read_module, "_RUN_FILES", 1)
+    open_file = read_module._open
+
+    first = threading.Event()
+
+    def held(io: FileIO, location_read: str) -> InputStream:
+        if location_read == location and not first.is_set():
+            first.set()
+            for _ in range(files):
+                written.acquire(timeout=60)
+        return open_file(io, location_read)
+
+    monkeypatch.setattr(read_module, "_open", held)
 
 
 def _options(table: Table, group_target_sizes: float) -> dict[str, str]:
@@ -261,19 +293,27 @@ def test_a_group_with_equality_deletes_keeps_one_lane(
 
 @pytest.mark.parametrize("damaged", ["first", "last"], ids=["lane-1-fails-early", "lane-2-fails-late"])
 def test_a_failure_in_one_lane_removes_the_files_of_both(
-    catalog: SqlCatalog, tmp_path: Path, caplog: pytest.LogCaptureFixture, damaged: str
+    catalog: SqlCatalog,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    damaged: str,
 ) -> None:
     """The first file of the group (lane 1 fails at once, lane 2 is stopped) or the last one (lane 2
-    fails once both lanes wrote files): the group fails, and every file of either lane is removed."""
+    fails once both lanes wrote files: its read is held until they have): the group fails, and every
+    file of either lane is removed."""
     caplog.set_level(logging.INFO, logger=WRITE_LOG)
     caplog.set_level(logging.INFO, logger=REWRITE_LOG)
     table = _table(catalog)
     options = _options(table, 3.5)
     (task,) = plan_compaction(table, options=options)["tasks"]
     entries = task["data_files"]
-    path = local_path(str(entries[0 if damaged == "first" else -1]["data-file"]["file-path"]))
+    damaged_location = str(entries[0 if damaged == "first" else -1]["data-file"]["file-path"])
+    path = local_path(damaged_location)
     Path(path).write_bytes(np.random.default_rng(1).bytes(os.path.getsize(path)))
     state, files = table_state(table), files_under(table, "")
+    if damaged == "last":
+        _hold_read_until_written(monkeypatch, damaged_location, files=2)
 
     with pytest.raises(DataFileReadError, match="not readable Parquet"):
         compact(table, options=options, limits=_two_cores(tmp_path))

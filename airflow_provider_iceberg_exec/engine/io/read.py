@@ -83,6 +83,7 @@ _RUN_BYTES = 256 * 1024
 
 T = TypeVar("T")
 U = TypeVar("U")
+_UNKNOWN = object()
 
 
 class ProjectionCache:
@@ -162,6 +163,19 @@ class _Projection:
         self._names: list[str] = []
         #: the file's batches already are the projection's (same columns, order, names and field ids)
         self._identity = False
+        self._leaf_indices: list[int] | object | None = _UNKNOWN
+
+    def leaf_indices(self, arrow_schema: pa.Schema) -> list[int] | None:
+        """The Parquet leaf columns to read for :attr:`columns` from a file of ``arrow_schema`` (the one
+        this projection was built for), or ``None`` when the file has nested columns or repeated names
+        (``ParquetFile`` then maps the names)."""
+        if self._leaf_indices is _UNKNOWN:
+            import pyarrow as pa
+
+            flat = not any(pa.types.is_nested(field.type) for field in arrow_schema)
+            indices = [arrow_schema.get_field_index(name) for name in self.columns] if flat else [-1]
+            self._leaf_indices = None if -1 in indices else indices
+        return cast("list[int] | None", self._leaf_indices)
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         import pyarrow as pa
@@ -327,7 +341,6 @@ def read_files_joined(
     :raises ConfigurationError: as :func:`iter_data_file_batches`.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     out: list[pa.RecordBatch] = []
     tables: list[pa.Table] = []
@@ -341,8 +354,13 @@ def read_files_joined(
             tables.clear()
 
     for data_file in data_files:
-        path, spec = data_file.file_path, specs[data_file.spec_id]
-        if data_file.file_size_in_bytes > TINY_FILE_BYTES or (whole := _read_whole(io, data_file)) is None:
+        spec = specs[data_file.spec_id]
+        read = (
+            _read_tiny(io, data_file, cache, table_schema, spec, name_mapping, format_version)
+            if data_file.file_size_in_bytes <= TINY_FILE_BYTES
+            else None
+        )
+        if read is None:
             flush()
             out.extend(
                 iter_data_file_batches(
@@ -357,17 +375,7 @@ def read_files_joined(
                 )
             )
             continue
-        try:
-            parquet = pq.ParquetFile(pa.BufferReader(whole), pre_buffer=False)
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
-            raise DataFileReadError(f"data file {path} is not readable Parquet: {err}") from err
-        projection = _projection(
-            data_file, parquet.schema_arrow, cache, table_schema, spec, name_mapping, format_version
-        )
-        try:
-            table = parquet.read(columns=projection.columns, use_threads=False)
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
-            raise DataFileReadError(f"data file {path} is corrupt: {err}") from err
+        table, projection = read
         _check_rows(data_file, table.num_rows)
         if projection is not project:
             flush()
@@ -375,6 +383,79 @@ def read_files_joined(
         tables.append(table)
     flush()
     return out
+
+
+def _read_tiny(
+    io: FileIO,
+    data_file: DataFile,
+    cache: ProjectionCache,
+    table_schema: Schema,
+    spec: PartitionSpec,
+    name_mapping: NameMapping | None,
+    format_version: int,
+) -> tuple[pa.Table, _Projection] | None:
+    """A tiny file's columns of the table schema, read in one call, with their projection; ``None`` when
+    the file is larger than its manifest entry claims (it is streamed after all).
+
+    A local file is decoded from the open file, a remote one from its bytes fetched in one request. Each
+    call here hands the GIL over and back, which the readers ahead contend for: reading a local file's
+    bytes first, and ``ParquetFile``'s Python set-up, cost 12 % of reading 20,000 20-row files on three
+    threads (6.7 s against 5.9 s).
+    """
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    path = data_file.file_path
+    if isinstance(io, PyArrowFileIO) and _is_local(path):
+        with cast("pa.NativeFile", _open(io, path)) as stream:
+            try:
+                if stream.size() > data_file.file_size_in_bytes:
+                    return None
+            except OSError as err:
+                raise DataFileReadError(f"data file {path} cannot be opened: {err}") from err
+            return _decode_tiny(stream, data_file, cache, table_schema, spec, name_mapping, format_version)
+    if (whole := _read_whole(io, data_file)) is None:
+        return None
+    with pa.BufferReader(whole) as source:
+        return _decode_tiny(source, data_file, cache, table_schema, spec, name_mapping, format_version)
+
+
+def _decode_tiny(
+    source: pa.NativeFile,
+    data_file: DataFile,
+    cache: ProjectionCache,
+    table_schema: Schema,
+    spec: PartitionSpec,
+    name_mapping: NameMapping | None,
+    format_version: int,
+) -> tuple[pa.Table, _Projection]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = data_file.file_path
+    try:
+        # ParquetFile's own reader, without its Python set-up (nested column paths built on every open).
+        reader = pq.ParquetReader()
+        reader.open(source, pre_buffer=False)
+        arrow_schema = reader.schema_arrow
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
+        raise DataFileReadError(f"data file {path} is not readable Parquet: {err}") from err
+    projection = _projection(data_file, arrow_schema, cache, table_schema, spec, name_mapping, format_version)
+    try:
+        if (indices := projection.leaf_indices(arrow_schema)) is not None:
+            table = reader.read_all(indices, use_threads=False)
+        else:
+            table = pq.ParquetFile(source, pre_buffer=False).read(
+                columns=projection.columns, use_threads=False
+            )
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
+        raise DataFileReadError(f"data file {path} is corrupt: {err}") from err
+    return table, projection
+
+
+def _is_local(path: str) -> bool:
+    """Whether ``path`` names a file on this machine (where a read costs no request)."""
+    return path.startswith(("/", "file:"))
 
 
 def _read_whole(io: FileIO, data_file: DataFile) -> bytes | None:

@@ -5,10 +5,12 @@ tiny files read joined give the rows of the files read one by one."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.io.pyarrow import PyArrowFileIO, pyarrow_to_schema
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
@@ -219,16 +221,44 @@ def test_files_of_one_schema_in_other_partitions_get_their_own_fill_values(tmp_p
     assert got == [[7] * 3, [7] * 3, [9] * 3, [7] * 3]
 
 
+class _OtherFileIO(FileIO):
+    """A FileIO other than PyArrow's (a remote store's, say): its tiny files are fetched in one request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._io = PyArrowFileIO()
+
+    def new_input(self, location: str) -> InputFile:
+        return self._io.new_input(location)
+
+    def new_output(self, location: str) -> OutputFile:
+        return self._io.new_output(location)
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        self._io.delete(location)
+
+
+@pytest.mark.parametrize("route", ["local", "fetched"])
 def test_files_read_joined_give_the_rows_of_each_file_read_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
 ) -> None:
     """Tiny files are joined only across files of one schema, spec and partition fill: evolved, reordered
     and partition-filled files keep their own projection; a file larger than its claim and one over the
-    tiny size are streamed in their place."""
+    tiny size are streamed in their place. Local files are decoded from the open file, others from their
+    bytes fetched whole."""
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import IdentityTransform
 
     import airflow_provider_iceberg_exec.engine.io.read as read_module
+
+    sources: list[str] = []
+    decode_tiny = read_module._decode_tiny
+
+    def decode(source: pa.NativeFile, *args: Any) -> Any:
+        sources.append("fetched" if isinstance(source, pa.BufferReader) else "local")
+        return decode_tiny(source, *args)
+
+    monkeypatch.setattr(read_module, "_decode_tiny", decode)
 
     partitioned = PartitionSpec(PartitionField(3, 1000, IdentityTransform(), "qty"), spec_id=1)
     specs = {0: UNPARTITIONED_PARTITION_SPEC, 1: partitioned}
@@ -251,7 +281,7 @@ def test_files_read_joined_give_the_rows_of_each_file_read_alone(
     monkeypatch.setattr(read_module, "TINY_FILE_BYTES", files[layouts.index("large")].file_size_in_bytes - 1)
 
     joined = read_files_joined(
-        PyArrowFileIO(),
+        PyArrowFileIO() if route == "local" else _OtherFileIO(),
         files,
         table_schema=TABLE,
         specs=specs,
@@ -260,6 +290,8 @@ def test_files_read_joined_give_the_rows_of_each_file_read_alone(
         batch_size=64,
         cache=ProjectionCache(),
     )
+    # Every tiny file but the understated one (streamed) decoded by the route's reader.
+    assert sources == [route] * (len(files) - 2)
     alone = [
         batch
         for data_file in files
@@ -344,3 +376,46 @@ def test_batches_are_the_same_arrays_only_by_their_own_buffers() -> None:
     assert _same_buffers(empty, empty)
     assert not _same_buffers(empty, absent)
     assert not _same_buffers(batch, batch.slice(1))
+
+
+def test_tiny_files_with_nested_columns_read_joined_give_the_rows_read_alone(tmp_path: Path) -> None:
+    """A struct's leaf columns are not its field's index: such files are read by their column names."""
+    from pyiceberg.types import StructType
+
+    table = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "point", StructType(NestedField(3, "x", LongType()), NestedField(4, "y", LongType()))),
+        NestedField(5, "qty", LongType()),
+    )
+    point = pa.struct([_field("x", pa.int64(), 3), _field("y", pa.int64(), 4)])
+    schema = pa.schema(
+        [_field("id", pa.int64(), 1, False), _field("point", point, 2), _field("qty", pa.int64(), 5)]
+    )
+    files = []
+    for number in range(3):
+        start = number * 10
+        rows = pa.Table.from_pydict(
+            {
+                "id": list(range(start, start + 10)),
+                "point": [{"x": i, "y": -i} for i in range(start, start + 10)],
+                "qty": [i * 2 for i in range(start, start + 10)],
+            },
+            schema=schema,
+        )
+        path = tmp_path / f"n{number}.parquet"
+        pq.write_table(rows, path)
+        files.append(_claiming(_data_file(str(path), 10, path.stat().st_size)))
+    joined = read_files_joined(
+        PyArrowFileIO(),
+        files,
+        table_schema=table,
+        specs={0: UNPARTITIONED_PARTITION_SPEC},
+        name_mapping=None,
+        format_version=2,
+        batch_size=64,
+        cache=ProjectionCache(),
+    )
+    got = pa.Table.from_batches(joined)
+    assert got.column("qty").to_pylist() == [i * 2 for i in range(30)]
+    assert got.column("point").to_pylist() == [{"x": i, "y": -i} for i in range(30)]
+    assert got.column("id").to_pylist() == list(range(30))
