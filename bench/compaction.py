@@ -609,6 +609,11 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     case = args.action
     engine = _engine_digest()  # before anything is imported: the code this child runs
     result = _run_worker_case(case, dataset, run_dir)
+    if args.durable:
+        started = time.monotonic()
+        os.sync()
+        result["sync_seconds"] = time.monotonic() - started
+        result["seconds"] += result["sync_seconds"]
     if _engine_digest() != engine:
         result["engine_changed_during_run"] = True
     if case in OUR_CASES:
@@ -714,6 +719,8 @@ def run_case(
 ) -> dict[str, Any]:
     run_dir = os.path.join(os.path.abspath(args.out), "runs", f"{stamp}-{case}-{repetition}")
     os.makedirs(run_dir)
+    if args.durable:
+        os.sync()  # the write-back earlier cases left is not this case's
     _warm(dataset["data_dir"])
     result_path = os.path.join(run_dir, "result.json")
     load_before = os.getloadavg()[0]
@@ -722,7 +729,8 @@ def run_case(
         wrap = [args.py_spy, "record", "--format", "raw", "--rate", "50", "--subprocesses", "--native", "-o"]
         wrap.append(os.path.join(os.path.abspath(args.out), f"profile-{stamp}-{case}-{repetition}.txt"))
         wrap.append("--")
-    measured = _run_child([case, "--run-dir", run_dir], args.out, result_path, wrap)
+    durable = ["--durable"] if args.durable else []
+    measured = _run_child([case, "--run-dir", run_dir, *durable], args.out, result_path, wrap)
     with open(result_path) as f:
         result = {"case": case, **json.load(f), **measured}
     if case in SPARK_CASES:
@@ -1081,6 +1089,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="import the package from the work tree as it is when each case starts (default: a copy taken "
         "at the start, under --out/code/<stamp>)",
+    )
+    parser.add_argument(
+        "--durable",
+        action="store_true",
+        help="flush the kernel's dirty pages before each case (untimed) and the case's output after it "
+        "(timed, as sync_seconds): otherwise a small run's write-back happens after its timing and a large "
+        "run's during it",
     )
     parser.add_argument("--profile", action="store_true", help="run each case under py-spy (no RSS figures)")
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy", help="the py-spy executable")
