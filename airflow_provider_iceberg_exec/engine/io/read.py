@@ -327,7 +327,8 @@ def read_files_joined(
 ) -> list[pa.RecordBatch]:
     """Every row of ``data_files``, in order and in the table schema, in as few batches as their schemas
     allow: consecutive tiny files (:data:`TINY_FILE_BYTES`) sharing a Parquet schema, spec and partition
-    are read whole, joined and projected once; other files are streamed by :func:`iter_data_file_batches`.
+    are each decoded in one call, joined and projected once; other files are streamed by
+    :func:`iter_data_file_batches`.
 
     For files whose rows are passed on as they are (no deletes, positions or lineage to apply): every
     batch costs Python work here and downstream (measured on 20-row files read by three threads: cutting
@@ -355,12 +356,8 @@ def read_files_joined(
 
     for data_file in data_files:
         spec = specs[data_file.spec_id]
-        read = (
-            _read_tiny(io, data_file, cache, table_schema, spec, name_mapping, format_version)
-            if data_file.file_size_in_bytes <= TINY_FILE_BYTES
-            else None
-        )
-        if read is None:
+        source = _open_tiny(io, data_file) if data_file.file_size_in_bytes <= TINY_FILE_BYTES else None
+        if source is None:
             flush()
             out.extend(
                 iter_data_file_batches(
@@ -375,7 +372,10 @@ def read_files_joined(
                 )
             )
             continue
-        table, projection = read
+        with source:
+            table, projection = _decode_tiny(
+                source, data_file, cache, table_schema, spec, name_mapping, format_version
+            )
         _check_rows(data_file, table.num_rows)
         if projection is not project:
             flush()
@@ -385,17 +385,9 @@ def read_files_joined(
     return out
 
 
-def _read_tiny(
-    io: FileIO,
-    data_file: DataFile,
-    cache: ProjectionCache,
-    table_schema: Schema,
-    spec: PartitionSpec,
-    name_mapping: NameMapping | None,
-    format_version: int,
-) -> tuple[pa.Table, _Projection] | None:
-    """A tiny file's columns of the table schema, read in one call, with their projection; ``None`` when
-    the file is larger than its manifest entry claims (it is streamed after all).
+def _open_tiny(io: FileIO, data_file: DataFile) -> pa.NativeFile | None:
+    """A tiny file opened for :func:`_decode_tiny`; ``None`` when it is larger than its manifest entry
+    claims (it is streamed after all).
 
     A local file is decoded from the open file, a remote one from its bytes fetched in one request. Each
     call here hands the GIL over and back, which the readers ahead contend for: reading a local file's
@@ -407,17 +399,17 @@ def _read_tiny(
 
     path = data_file.file_path
     if isinstance(io, PyArrowFileIO) and _is_local(path):
-        with cast("pa.NativeFile", _open(io, path)) as stream:
-            try:
-                if stream.size() > data_file.file_size_in_bytes:
-                    return None
-            except OSError as err:
-                raise DataFileReadError(f"data file {path} cannot be opened: {err}") from err
-            return _decode_tiny(stream, data_file, cache, table_schema, spec, name_mapping, format_version)
-    if (whole := _read_whole(io, data_file)) is None:
+        stream = cast("pa.NativeFile", _open(io, path))
+        try:
+            if stream.size() <= data_file.file_size_in_bytes:
+                return stream
+        except OSError as err:
+            stream.close()
+            raise DataFileReadError(f"data file {path} cannot be opened: {err}") from err
+        stream.close()
         return None
-    with pa.BufferReader(whole) as source:
-        return _decode_tiny(source, data_file, cache, table_schema, spec, name_mapping, format_version)
+    whole = _read_whole(io, data_file)
+    return None if whole is None else pa.BufferReader(whole)
 
 
 def _decode_tiny(
