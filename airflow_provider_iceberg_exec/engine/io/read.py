@@ -426,9 +426,10 @@ def _decode_tiny(
 
     path = data_file.file_path
     try:
-        # ParquetFile's own reader, without its Python set-up (nested column paths built on every open).
+        # ParquetFile's own reader, without its Python set-up (nested column paths built on every open),
+        # opened as ParquetFile opens it (whose default reads UUID and JSON columns as Arrow extensions).
         reader = pq.ParquetReader()
-        reader.open(source, pre_buffer=False)
+        reader.open(source, pre_buffer=False, arrow_extensions_enabled=True)
         arrow_schema = reader.schema_arrow
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
         raise DataFileReadError(f"data file {path} is not readable Parquet: {err}") from err

@@ -22,6 +22,7 @@ from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
 from airflow_provider_iceberg_exec.engine.io.pyiceberg_internals import batch_projection
 from airflow_provider_iceberg_exec.engine.io.read import (
     ProjectionCache,
+    _decode_tiny,
     coalesce_batches,
     iter_data_file_batches,
     read_files_joined,
@@ -419,3 +420,53 @@ def test_tiny_files_with_nested_columns_read_joined_give_the_rows_read_alone(tmp
     assert got.column("qty").to_pylist() == [i * 2 for i in range(30)]
     assert got.column("point").to_pylist() == [{"x": i, "y": -i} for i in range(30)]
     assert got.column("id").to_pylist() == list(range(30))
+
+
+def test_tiny_files_with_a_uuid_column_read_joined_give_the_rows_read_alone(tmp_path: Path) -> None:
+    """A UUID column is read as ``ParquetFile`` reads it (an Arrow extension type), tiny or not."""
+    import uuid
+
+    from pyiceberg.types import UUIDType
+
+    table = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "key", UUIDType()))
+    schema = pa.schema([_field("id", pa.int64(), 1, False), _field("key", pa.uuid(), 2)])
+    files = []
+    for number in range(3):
+        keys = [uuid.UUID(int=number * 10 + i).bytes for i in range(10)]
+        rows = pa.table(
+            {"id": range(number * 10, number * 10 + 10), "key": pa.array(keys, pa.uuid())}, schema=schema
+        )
+        path = tmp_path / f"u{number}.parquet"
+        pq.write_table(rows, path, store_schema=False)  # as Java writes it: the UUID type from Parquet's
+        files.append(_claiming(_data_file(str(path), 10, path.stat().st_size)))
+    joined = read_files_joined(
+        PyArrowFileIO(),
+        files,
+        table_schema=table,
+        specs={0: UNPARTITIONED_PARTITION_SPEC},
+        name_mapping=None,
+        format_version=2,
+        batch_size=64,
+        cache=ProjectionCache(),
+    )
+    alone = [
+        batch
+        for data_file in files
+        for batch in iter_data_file_batches(
+            PyArrowFileIO(),
+            data_file,
+            table_schema=table,
+            spec=UNPARTITIONED_PARTITION_SPEC,
+            name_mapping=None,
+            format_version=2,
+            batch_size=64,
+        )
+    ]
+    assert pa.Table.from_batches(joined).equals(pa.Table.from_batches(alone))
+    assert joined[0].schema.equals(alone[0].schema, check_metadata=True)
+    # Before the projection: the file's own columns, typed as ParquetFile types them (pa.uuid()).
+    with PyArrowFileIO().new_input(files[0].file_path).open() as stream:
+        decoded, _ = _decode_tiny(
+            stream, files[0], ProjectionCache(), table, UNPARTITIONED_PARTITION_SPEC, None, 2
+        )
+    assert decoded.schema.equals(pq.ParquetFile(files[0].file_path).read().schema, check_metadata=True)
