@@ -85,13 +85,14 @@ def _read(
     batch_size: int = 4,
     cache: ProjectionCache | None = None,
     spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
+    table: Schema = TABLE,
 ) -> list[pa.RecordBatch]:
     """``data_file``'s batches as the stream reads it alone."""
     return list(
         iter_data_file_batches(
             PyArrowFileIO(),
             data_file,
-            table_schema=TABLE,
+            table_schema=table,
             spec=spec,
             name_mapping=None,
             format_version=2,
@@ -109,6 +110,20 @@ def _reference(data_file: DataFile) -> list[pa.RecordBatch]:
     )
     project = batch_projection(TABLE, file_schema, format_version=2, missing_values={})
     return [project(b) for b in parquet.iter_batches(batch_size=4)]
+
+
+def _joined(files: list[DataFile], table: Schema) -> list[pa.RecordBatch]:
+    """``files`` read joined, unpartitioned, through PyArrow's FileIO."""
+    return read_files_joined(
+        PyArrowFileIO(),
+        files,
+        table_schema=table,
+        specs={0: UNPARTITIONED_PARTITION_SPEC},
+        name_mapping=None,
+        format_version=2,
+        batch_size=64,
+        cache=ProjectionCache(),
+    )
 
 
 SAME = pa.schema(
@@ -316,16 +331,7 @@ def test_a_file_read_joined_whose_rows_differ_from_its_manifest_fails(tmp_path: 
     good = _claiming(_write(tmp_path / "good.parquet", SAME, rows=10, start=0))
     bad = _claiming(_write(tmp_path / "bad.parquet", SAME, rows=10, start=10), record_count=11)
     with pytest.raises(DataFileReadError, match=r"bad\.parquet holds 10 rows but its manifest entry says 11"):
-        read_files_joined(
-            PyArrowFileIO(),
-            [good, bad],
-            table_schema=TABLE,
-            specs={0: UNPARTITIONED_PARTITION_SPEC},
-            name_mapping=None,
-            format_version=2,
-            batch_size=64,
-            cache=ProjectionCache(),
-        )
+        _joined([good, bad], TABLE)
 
 
 def test_a_file_with_nan_takes_the_fast_path_with_pyiceberg_result(tmp_path: Path) -> None:
@@ -406,16 +412,7 @@ def test_tiny_files_with_nested_columns_read_joined_give_the_rows_read_alone(tmp
         path = tmp_path / f"n{number}.parquet"
         pq.write_table(rows, path)
         files.append(_claiming(_data_file(str(path), 10, path.stat().st_size)))
-    joined = read_files_joined(
-        PyArrowFileIO(),
-        files,
-        table_schema=table,
-        specs={0: UNPARTITIONED_PARTITION_SPEC},
-        name_mapping=None,
-        format_version=2,
-        batch_size=64,
-        cache=ProjectionCache(),
-    )
+    joined = _joined(files, table)
     got = pa.Table.from_batches(joined)
     assert got.column("qty").to_pylist() == [i * 2 for i in range(30)]
     assert got.column("point").to_pylist() == [{"x": i, "y": -i} for i in range(30)]
@@ -439,29 +436,8 @@ def test_tiny_files_with_a_uuid_column_read_joined_give_the_rows_read_alone(tmp_
         path = tmp_path / f"u{number}.parquet"
         pq.write_table(rows, path, store_schema=False)  # as Java writes it: the UUID type from Parquet's
         files.append(_claiming(_data_file(str(path), 10, path.stat().st_size)))
-    joined = read_files_joined(
-        PyArrowFileIO(),
-        files,
-        table_schema=table,
-        specs={0: UNPARTITIONED_PARTITION_SPEC},
-        name_mapping=None,
-        format_version=2,
-        batch_size=64,
-        cache=ProjectionCache(),
-    )
-    alone = [
-        batch
-        for data_file in files
-        for batch in iter_data_file_batches(
-            PyArrowFileIO(),
-            data_file,
-            table_schema=table,
-            spec=UNPARTITIONED_PARTITION_SPEC,
-            name_mapping=None,
-            format_version=2,
-            batch_size=64,
-        )
-    ]
+    joined = _joined(files, table)
+    alone = [batch for data_file in files for batch in _read(data_file, batch_size=64, table=table)]
     assert pa.Table.from_batches(joined).equals(pa.Table.from_batches(alone))
     assert joined[0].schema.equals(alone[0].schema, check_metadata=True)
     # Before the projection: the file's own columns, typed as ParquetFile types them (pa.uuid()).
