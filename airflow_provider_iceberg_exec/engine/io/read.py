@@ -399,15 +399,17 @@ def _open_tiny(io: FileIO, data_file: DataFile) -> pa.NativeFile | None:
 
     path = data_file.file_path
     if isinstance(io, PyArrowFileIO) and _is_local(path):
-        stream = cast("pa.NativeFile", _open(io, path))
-        try:
-            if stream.size() <= data_file.file_size_in_bytes:
-                return stream
-        except OSError as err:
+        stream = _open(io, path)
+        if isinstance(stream, pa.NativeFile):  # not a subclass's Python stream: read that whole below
+            try:
+                if stream.size() <= data_file.file_size_in_bytes:
+                    return stream
+            except OSError as err:
+                stream.close()
+                raise DataFileReadError(f"data file {path} cannot be opened: {err}") from err
             stream.close()
-            raise DataFileReadError(f"data file {path} cannot be opened: {err}") from err
+            return None
         stream.close()
-        return None
     whole = _read_whole(io, data_file)
     return None if whole is None else pa.BufferReader(whole)
 

@@ -5,13 +5,13 @@ tiny files read joined give the rows of the files read one by one."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyiceberg.io import FileIO, InputFile, OutputFile
-from pyiceberg.io.pyarrow import PyArrowFileIO, pyarrow_to_schema
+from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile
+from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO, pyarrow_to_schema
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
@@ -254,7 +254,20 @@ class _OtherFileIO(FileIO):
         self._io.delete(location)
 
 
-@pytest.mark.parametrize("route", ["local", "fetched"])
+class _PythonStreamFile(PyArrowFile):
+    def open(self, seekable: bool = True) -> InputStream:
+        return cast(InputStream, open(self._path, "rb"))  # the caller closes it
+
+
+class _PythonStreamFileIO(PyArrowFileIO):
+    """PyArrow's FileIO whose files open as Python streams (a subclass may): read whole, as a remote one's."""
+
+    def new_input(self, location: str) -> PyArrowFile:
+        scheme, netloc, path = self.parse_location(location, self.properties)
+        return _PythonStreamFile(fs=self.fs_by_scheme(scheme, netloc), location=location, path=path)
+
+
+@pytest.mark.parametrize("route", ["local", "fetched", "python-stream"])
 def test_files_read_joined_give_the_rows_of_each_file_read_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str
 ) -> None:
@@ -297,7 +310,7 @@ def test_files_read_joined_give_the_rows_of_each_file_read_alone(
     monkeypatch.setattr(read_module, "TINY_FILE_BYTES", files[layouts.index("large")].file_size_in_bytes - 1)
 
     joined = read_files_joined(
-        PyArrowFileIO() if route == "local" else _OtherFileIO(),
+        {"local": PyArrowFileIO, "fetched": _OtherFileIO, "python-stream": _PythonStreamFileIO}[route](),
         files,
         table_schema=TABLE,
         specs=specs,
@@ -307,7 +320,7 @@ def test_files_read_joined_give_the_rows_of_each_file_read_alone(
         cache=ProjectionCache(),
     )
     # Every tiny file but the understated one (streamed) decoded by the route's reader.
-    assert sources == [route] * (len(files) - 2)
+    assert sources == ["local" if route == "local" else "fetched"] * (len(files) - 2)
     alone = [
         batch
         for data_file in files
