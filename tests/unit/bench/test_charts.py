@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,23 +14,14 @@ import pytest
 pytest.importorskip("matplotlib")  # the project's `bench` extra
 from PIL import Image
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
+from tests.unit.bench.bench_scripts import BENCH, load
+
 #: real runs, measured on the project's machine and kept with the charts drawn from them (docs/img/)
 MANIFESTS = BENCH / "results" / "manifests-20261201-173714.json"
 DELETE_MAINTENANCE = BENCH / "results" / "delete_maintenance-20261201-165850.json"
 
 
-def _charts() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_charts_under_test", BENCH / "charts.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-charts = _charts()
+charts = load("charts")
 
 
 def _doc(path: Path) -> dict[str, Any]:

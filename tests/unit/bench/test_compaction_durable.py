@@ -3,30 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
+from tests.unit.bench.bench_scripts import load
 
-
-def _compaction() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "bench_compaction_durable_under_test", BENCH / "compaction.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-compaction = _compaction()
+compaction = load("compaction")
 
 
 @pytest.mark.parametrize("durable", [True, False])

@@ -2,29 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
+from tests.unit.bench.bench_scripts import load
 
-
-def _scale() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "bench_compaction_scale_under_test", BENCH / "compaction_scale.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-scale = _scale()
+scale = load("compaction_scale")
 
 
 @pytest.mark.parametrize(
