@@ -83,7 +83,6 @@ _RUN_BYTES = 256 * 1024
 
 T = TypeVar("T")
 U = TypeVar("U")
-_UNKNOWN = object()
 
 
 class ProjectionCache:
@@ -153,8 +152,12 @@ class _Projection:
         columns: list[str],
         project: Callable[[pa.RecordBatch], pa.RecordBatch],
         order: dict[str, str] | None,
+        leaf_indices: list[int] | None = None,
     ) -> None:
         self.columns = columns
+        #: the Parquet leaf columns of ``columns`` in the file's schema; ``None`` when the file has nested
+        #: columns or repeated names (``ParquetFile`` then maps the names)
+        self.leaf_indices = leaf_indices
         self._project = project
         #: table column name -> file column name, when the fast path may apply
         self._order = order
@@ -163,19 +166,6 @@ class _Projection:
         self._names: list[str] = []
         #: the file's batches already are the projection's (same columns, order, names and field ids)
         self._identity = False
-        self._leaf_indices: list[int] | object | None = _UNKNOWN
-
-    def leaf_indices(self, arrow_schema: pa.Schema) -> list[int] | None:
-        """The Parquet leaf columns to read for :attr:`columns` from a file of ``arrow_schema`` (the one
-        this projection was built for), or ``None`` when the file has nested columns or repeated names
-        (``ParquetFile`` then maps the names)."""
-        if self._leaf_indices is _UNKNOWN:
-            import pyarrow as pa
-
-            flat = not any(pa.types.is_nested(field.type) for field in arrow_schema)
-            indices = [arrow_schema.get_field_index(name) for name in self.columns] if flat else [-1]
-            self._leaf_indices = None if -1 in indices else indices
-        return cast("list[int] | None", self._leaf_indices)
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         import pyarrow as pa
@@ -437,8 +427,8 @@ def _decode_tiny(
         raise DataFileReadError(f"data file {path} is not readable Parquet: {err}") from err
     projection = _projection(data_file, arrow_schema, cache, table_schema, spec, name_mapping, format_version)
     try:
-        if (indices := projection.leaf_indices(arrow_schema)) is not None:
-            table = reader.read_all(indices, use_threads=False)
+        if projection.leaf_indices is not None:
+            table = reader.read_all(projection.leaf_indices, use_threads=False)
         else:
             table = pq.ParquetFile(source, pre_buffer=False).read(
                 columns=projection.columns, use_threads=False
@@ -680,11 +670,24 @@ def _projection(
             table_schema, file_projection, format_version=format_version, missing_values=missing_values
         )
         columns = [column.name for column in file_projection.columns]
-        return _Projection(columns, project, _fast_order(table_schema, file_projection))
+        return _Projection(
+            columns, project, _fast_order(table_schema, file_projection), _leaf_indices(arrow_schema, columns)
+        )
 
     projection = cache.projection(key, missing_values, build)
     cache.remember_last(arrow_schema, spec.spec_id, data_file.partition, projection)
     return projection
+
+
+def _leaf_indices(arrow_schema: pa.Schema, columns: list[str]) -> list[int] | None:
+    """The Parquet leaf columns of ``columns`` in a file of ``arrow_schema``: their field indices when every
+    field is flat, ``None`` when one is nested or a name is not found once."""
+    import pyarrow as pa
+
+    if any(pa.types.is_nested(field.type) for field in arrow_schema):
+        return None
+    indices = [arrow_schema.get_field_index(name) for name in columns]
+    return None if -1 in indices else indices
 
 
 def read_batch_rows(data_file: DataFile, minimum: int) -> int:
