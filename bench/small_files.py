@@ -3,11 +3,13 @@
 Run by hand, never as a test::
 
     /work/main/.venv/bin/python bench/small_files.py [--files 5000,50000,500000] [--rows-per-file 20]
-        [--snapshots 10] [--cases plan,compact,spark,floor] [--spark-max-files 50000]
+        [--snapshots 10] [--codec zstd] [--cases plan,compact,spark,floor] [--spark-max-files 50000]
         [--out bench/out/small-files] [--keep] [--no-snapshot]
 
-1. Per file count, builds once (cached under ``--out/files-<n>``) an unpartitioned table of ``--files``
-   Parquet files of ``--rows-per-file`` rows each (bench/compaction.py's columns and rows), written
+1. Per file count, builds once (cached under ``--out/files-<n>``, ``files-<n>-<codec>`` for a codec other
+   than zstd) an unpartitioned table of ``--files`` Parquet files of ``--rows-per-file`` rows each
+   (bench/compaction.py's columns and rows), compressed with ``--codec`` (zstd, as Iceberg's writers
+   default to; snappy or none to see what decompression costs a file), written
    directly with PyArrow by a process pool (one worker per core) and committed by ``--snapshots``
    PyIceberg fast appends of DataFile objects built from the files' footers. The build is timed on its
    own and counts in no figure.
@@ -86,7 +88,7 @@ def _field_id_schema() -> Any:
     )
 
 
-def _write_range(job: tuple[str, int, int, int, int]) -> list[Any]:
+def _write_range(job: tuple[str, int, int, int, int, str]) -> list[Any]:
     """Write files ``[first, last)`` of ``rows`` rows each; their DataFiles (built in a pool worker)."""
     import pyarrow.parquet as pq
     from pyiceberg.io.pyarrow import (
@@ -97,7 +99,7 @@ def _write_range(job: tuple[str, int, int, int, int]) -> list[Any]:
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
     from pyiceberg.typedef import Record
 
-    data_dir, first, last, rows, seed = job
+    data_dir, first, last, rows, seed, codec = job
     iceberg_schema = CB._iceberg_schema()
     stats_plan = compute_statistics_plan(iceberg_schema, {})
     mapping = parquet_path_to_id_mapping(iceberg_schema)
@@ -107,7 +109,7 @@ def _write_range(job: tuple[str, int, int, int, int]) -> list[Any]:
         table = CB.make_batch(number, number * rows, rows, seed).cast(schema)
         path = os.path.join(data_dir, f"{number:07d}.parquet")
         collector: list[Any] = []
-        pq.write_table(table, path, compression="zstd", metadata_collector=collector)
+        pq.write_table(table, path, compression=codec, metadata_collector=collector)
         stats = data_file_statistics_from_parquet_metadata(collector[0], stats_plan, mapping)
         files.append(
             DataFile.from_args(
@@ -126,7 +128,9 @@ def _write_range(job: tuple[str, int, int, int, int]) -> list[Any]:
     return files
 
 
-def generate(out: str, files: int, rows_per_file: int, snapshots: int, seed: int) -> dict[str, Any]:
+def generate(
+    out: str, files: int, rows_per_file: int, snapshots: int, seed: int, codec: str = "zstd"
+) -> dict[str, Any]:
     """The pristine table under ``out/pristine``: ``files`` tiny files in ``snapshots`` fast appends."""
     from concurrent.futures import ProcessPoolExecutor
 
@@ -140,7 +144,7 @@ def generate(out: str, files: int, rows_per_file: int, snapshots: int, seed: int
     table = catalog.create_table(CB.TABLE, schema=CB._iceberg_schema())
     started = time.monotonic()
     chunk = 1000
-    jobs = [(data_dir, a, min(a + chunk, files), rows_per_file, seed) for a in range(0, files, chunk)]
+    jobs = [(data_dir, a, min(a + chunk, files), rows_per_file, seed, codec) for a in range(0, files, chunk)]
     written: list[Any] = []
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         for part in pool.map(_write_range, jobs):
@@ -161,6 +165,7 @@ def generate(out: str, files: int, rows_per_file: int, snapshots: int, seed: int
         "rows": files * rows_per_file,
         "snapshots": len(table.metadata.snapshots),
         "seed": seed,
+        "codec": codec,
         "metadata_location": table.metadata_location,
         "data_dir": data_dir,
         "snapshot_id": snapshot.snapshot_id if snapshot else None,
@@ -189,11 +194,11 @@ def pristine_checksum(data_dir: str, metadata_location: str, files: int) -> dict
 def ensure_dataset(out: str, args: argparse.Namespace, files: int) -> dict[str, Any]:
     """The cached pristine table of ``files`` files, built (in a child) when missing or of another shape."""
     path = os.path.join(out, "dataset.json")
-    shape = {"files": files, "rows_per_file": args.rows_per_file, "seed": args.seed}
+    shape = _shape(files, args)
     if os.path.exists(path):
         with open(path) as f:
             described: dict[str, Any] = json.load(f)
-        if {k: described.get(k) for k in shape} == shape and os.path.exists(
+        if _shape_of(described, shape) == shape and os.path.exists(
             described["metadata_location"].removeprefix("file://")
         ):
             return described
@@ -201,7 +206,7 @@ def ensure_dataset(out: str, args: argparse.Namespace, files: int) -> dict[str, 
     if built is None:
         print(f"building {files} files of {args.rows_per_file} rows under {out}/pristine ...", flush=True)
         argv = ["generate", "--files", str(files), "--rows-per-file", str(args.rows_per_file)]
-        argv += ["--snapshots", str(args.snapshots), "--seed", str(args.seed)]
+        argv += ["--snapshots", str(args.snapshots), "--seed", str(args.seed), "--codec", args.codec]
         built = run_child(argv, out, os.path.join(out, "generate.json"))["result"]
     described = built
     print(f"  built in {described['build_seconds']} s; checksumming ...", flush=True)
@@ -220,8 +225,24 @@ def _built(path: str, shape: dict[str, Any]) -> dict[str, Any] | None:
         return None
     with open(path) as f:
         built: dict[str, Any] = json.load(f)
-    same = {k: built.get(k) for k in shape} == shape
+    same = _shape_of(built, shape) == shape
     return built if same and os.path.exists(built["metadata_location"].removeprefix("file://")) else None
+
+
+def _shape(files: int, args: argparse.Namespace) -> dict[str, Any]:
+    return {"files": files, "rows_per_file": args.rows_per_file, "seed": args.seed, "codec": args.codec}
+
+
+def _shape_of(described: dict[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
+    """``described``'s values of ``shape``'s keys (tables built before ``--codec`` existed are zstd)."""
+    return {k: described.get(k, "zstd" if k == "codec" else None) for k in shape}
+
+
+def _size_dir(out: str, files: int, codec: str) -> str:
+    """Where the table of ``files`` files compressed with ``codec`` is cached (zstd's as before)."""
+    return os.path.join(
+        os.path.abspath(out), f"files-{files}" if codec == "zstd" else f"files-{files}-{codec}"
+    )
 
 
 def _walk(root: str) -> Iterator[str]:
@@ -300,7 +321,7 @@ def verify_floor(run_dir: str) -> dict[str, Any]:
 def worker(args: argparse.Namespace) -> Any:
     """Body of a child process; its result goes to ``--result`` as JSON."""
     if args.action == "generate":
-        return generate(args.out, args.files, args.rows_per_file, args.snapshots, args.seed)
+        return generate(args.out, args.files, args.rows_per_file, args.snapshots, args.seed, args.codec)
     if args.action == "checksum":
         return pristine_checksum(args.data_dir, args.metadata, args.files)
     if args.action == "verify":
@@ -448,7 +469,7 @@ def targets(report: dict[str, Any]) -> list[str]:
 
 
 def _one_size(args: argparse.Namespace, files: int, cases: list[str], stamp: str) -> dict[str, Any]:
-    out = os.path.join(os.path.abspath(args.out), f"files-{files}")
+    out = _size_dir(args.out, files, args.codec)
     os.makedirs(out, exist_ok=True)
     dataset = ensure_dataset(out, args, files)
     results = []
@@ -488,7 +509,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         "command": shlex.join([sys.executable, *sys.argv]),
         "machine": CB._machine(),
         "versions": CB._versions(),
-        "settings": {"memory_limit_bytes": MEMORY_LIMIT, "options": "defaults"},
+        "settings": {"memory_limit_bytes": MEMORY_LIMIT, "options": "defaults", "codec": args.codec},
         "sizes": [_one_size(args, int(n), cases, stamp) for n in args.files.split(",")],
     }
     report["targets"] = targets(report)
@@ -519,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-file", type=int, default=20)
     parser.add_argument("--snapshots", type=int, default=10)
     parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--codec", choices=("zstd", "snappy", "none"), default="zstd")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--spark-max-files", type=int, default=50_000)
     parser.add_argument("--spark-driver-memory", default="4g")

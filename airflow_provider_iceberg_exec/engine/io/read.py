@@ -153,11 +153,14 @@ class _Projection:
         project: Callable[[pa.RecordBatch], pa.RecordBatch],
         order: dict[str, str] | None,
         leaf_indices: list[int] | None = None,
+        file_leaves: int | None = None,
     ) -> None:
         self.columns = columns
-        #: the Parquet leaf columns of ``columns`` in the file's schema; ``None`` when the file has nested
-        #: columns or repeated names (``ParquetFile`` then maps the names)
+        #: the Parquet leaf columns of ``columns`` in the file's schema; ``None`` when a name is repeated
+        #: (``ParquetFile`` then maps the names)
         self.leaf_indices = leaf_indices
+        #: the leaf columns the file's Arrow schema is made of (checked against the file's own count)
+        self.file_leaves = file_leaves
         self._project = project
         #: table column name -> file column name, when the fast path may apply
         self._order = order
@@ -388,19 +391,18 @@ def _open_tiny(io: FileIO, data_file: DataFile) -> pa.NativeFile | None:
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     path = data_file.file_path
-    if isinstance(io, PyArrowFileIO) and _is_local(path):
-        stream = _open(io, path)
-        if isinstance(stream, pa.NativeFile):  # not a subclass's Python stream: read that whole below
-            try:
-                if stream.size() <= data_file.file_size_in_bytes:
-                    return stream
-            except OSError as err:
-                stream.close()
-                raise DataFileReadError(f"data file {path} cannot be opened: {err}") from err
+    stream = _open(io, path)
+    # A subclass's Python stream is not decoded from: it is read whole, as a remote file is.
+    if isinstance(io, PyArrowFileIO) and _is_local(path) and isinstance(stream, pa.NativeFile):
+        try:
+            if stream.size() <= data_file.file_size_in_bytes:
+                return stream
+        except OSError as err:
             stream.close()
-            return None
+            raise DataFileReadError(f"data file {path} cannot be opened: {err}") from err
         stream.close()
-    whole = _read_whole(io, data_file)
+        return None
+    whole = _read_claimed(stream, data_file)
     return None if whole is None else pa.BufferReader(whole)
 
 
@@ -427,7 +429,7 @@ def _decode_tiny(
         raise DataFileReadError(f"data file {path} is not readable Parquet: {err}") from err
     projection = _projection(data_file, arrow_schema, cache, table_schema, spec, name_mapping, format_version)
     try:
-        if projection.leaf_indices is not None:
+        if projection.leaf_indices is not None and reader.metadata.num_columns == projection.file_leaves:
             table = reader.read_all(projection.leaf_indices, use_threads=False)
         else:
             table = pq.ParquetFile(source, pre_buffer=False).read(
@@ -446,9 +448,14 @@ def _is_local(path: str) -> bool:
 def _read_whole(io: FileIO, data_file: DataFile) -> bytes | None:
     """A small file's bytes, read in one request; ``None`` when the file is larger than its manifest
     entry claims (its size there is a claim: such a file is streamed after all)."""
+    return _read_claimed(_open(io, data_file.file_path), data_file)
+
+
+def _read_claimed(stream: InputStream, data_file: DataFile) -> bytes | None:
+    """:func:`_read_whole` from ``stream``, opened on the file; the stream is closed."""
     path, claimed = data_file.file_path, data_file.file_size_in_bytes
     try:
-        with _open(io, path) as stream:
+        with stream:
             # One byte more than the claim, not SMALL_FILE_BYTES: a 1 MiB buffer a file cost 0.07 ms of
             # page faults.
             whole: bytes = stream.read(max(0, claimed) + 1)
@@ -671,7 +678,11 @@ def _projection(
         )
         columns = [column.name for column in file_projection.columns]
         return _Projection(
-            columns, project, _fast_order(table_schema, file_projection), _leaf_indices(arrow_schema, columns)
+            columns,
+            project,
+            _fast_order(table_schema, file_projection),
+            _leaf_indices(arrow_schema, columns),
+            sum(_leaf_count(field.type) for field in arrow_schema),
         )
 
     projection = cache.projection(key, missing_values, build)
@@ -680,14 +691,45 @@ def _projection(
 
 
 def _leaf_indices(arrow_schema: pa.Schema, columns: list[str]) -> list[int] | None:
-    """The Parquet leaf columns of ``columns`` in a file of ``arrow_schema``: their field indices when every
-    field is flat, ``None`` when one is nested or a name is not found once."""
+    """The Parquet leaf columns of the top-level ``columns`` in a file of ``arrow_schema`` (the one PyArrow
+    read from it), as ``ParquetFile.read(columns=...)`` selects them; ``None`` when a name is not found once.
+
+    Parquet stores a file's leaves depth first, in the order of the Arrow fields they make up, so each
+    top-level field owns the next :func:`_leaf_count` leaves.
+    """
+    first: list[int] = []
+    leaves = 0
+    for field in arrow_schema:
+        first.append(leaves)
+        leaves += _leaf_count(field.type)
+    indices: list[int] = []
+    for name in columns:
+        position = arrow_schema.get_field_index(name)
+        if position == -1:
+            return None
+        indices.extend(
+            range(first[position], first[position] + _leaf_count(arrow_schema.field(position).type))
+        )
+    return indices
+
+
+def _leaf_count(arrow_type: pa.DataType) -> int:
+    """The Parquet leaf columns a field of ``arrow_type`` read from Parquet is made of."""
     import pyarrow as pa
 
-    if any(pa.types.is_nested(field.type) for field in arrow_schema):
-        return None
-    indices = [arrow_schema.get_field_index(name) for name in columns]
-    return None if -1 in indices else indices
+    if isinstance(arrow_type, pa.ExtensionType):
+        return _leaf_count(arrow_type.storage_type)
+    if pa.types.is_struct(arrow_type):
+        return sum(_leaf_count(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+    if pa.types.is_map(arrow_type):
+        return _leaf_count(arrow_type.key_type) + _leaf_count(arrow_type.item_type)
+    if (
+        pa.types.is_list(arrow_type)
+        or pa.types.is_large_list(arrow_type)
+        or pa.types.is_fixed_size_list(arrow_type)
+    ):
+        return _leaf_count(arrow_type.value_type)
+    return 1
 
 
 def read_batch_rows(data_file: DataFile, minimum: int) -> int:

@@ -288,6 +288,14 @@ def test_files_read_joined_give_the_rows_of_each_file_read_alone(
         return decode_tiny(source, *args)
 
     monkeypatch.setattr(read_module, "_decode_tiny", decode)
+    opened: list[str] = []
+    open_file = read_module._open
+
+    def counted_open(io: Any, path: str) -> Any:
+        opened.append(path)
+        return open_file(io, path)
+
+    monkeypatch.setattr(read_module, "_open", counted_open)
 
     partitioned = PartitionSpec(PartitionField(3, 1000, IdentityTransform(), "qty"), spec_id=1)
     specs = {0: UNPARTITIONED_PARTITION_SPEC, 1: partitioned}
@@ -319,8 +327,14 @@ def test_files_read_joined_give_the_rows_of_each_file_read_alone(
         batch_size=64,
         cache=ProjectionCache(),
     )
-    # Every tiny file but the understated one (streamed) decoded by the route's reader.
+    # Every tiny file but the understated one (streamed) decoded by the route's reader, opened once.
     assert sources == ["local" if route == "local" else "fetched"] * (len(files) - 2)
+    tiny = [
+        f.file_path
+        for f, layout in zip(files, layouts, strict=True)
+        if layout not in ("understated", "large")
+    ]
+    assert sorted(path for path in opened if path in tiny) == sorted(tiny)
     alone = [
         batch
         for data_file in files
@@ -398,27 +412,59 @@ def test_batches_are_the_same_arrays_only_by_their_own_buffers() -> None:
     assert not _same_buffers(batch, batch.slice(1))
 
 
-def test_tiny_files_with_nested_columns_read_joined_give_the_rows_read_alone(tmp_path: Path) -> None:
-    """A struct's leaf columns are not its field's index: such files are read by their column names."""
-    from pyiceberg.types import StructType
+@pytest.mark.parametrize("dropped", [False, True], ids=["every-column", "map-dropped"])
+def test_tiny_files_with_nested_columns_read_joined_give_the_rows_read_alone(
+    tmp_path: Path, dropped: bool
+) -> None:
+    """A nested field's leaf columns are not its field's index: a struct (holding a list), a map and a list
+    of structs own the leaves they are made of, and the flat column after them is found after those
+    (only the table's columns read: a dropped map's leaves are skipped)."""
+    from pyiceberg.types import ListType, MapType, StringType, StructType
 
-    table = Schema(
-        NestedField(1, "id", LongType(), required=True),
-        NestedField(2, "point", StructType(NestedField(3, "x", LongType()), NestedField(4, "y", LongType()))),
-        NestedField(5, "qty", LongType()),
+    point_type = StructType(
+        NestedField(3, "x", LongType()),
+        NestedField(4, "y", LongType()),
+        NestedField(5, "tags", ListType(6, StringType())),
     )
-    point = pa.struct([_field("x", pa.int64(), 3), _field("y", pa.int64(), 4)])
+    history_type = ListType(9, StructType(NestedField(10, "a", LongType()), NestedField(11, "b", LongType())))
+    columns = [
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "point", point_type),
+        NestedField(12, "attrs", MapType(13, StringType(), 14, LongType())),
+        NestedField(7, "history", history_type),
+        NestedField(8, "qty", LongType()),
+    ]
+    table = Schema(*[c for c in columns if not (dropped and c.name == "attrs")])
+    point = pa.struct(
+        [
+            _field("x", pa.int64(), 3),
+            _field("y", pa.int64(), 4),
+            _field("tags", pa.list_(_field("element", pa.string(), 6)), 5),
+        ]
+    )
+    attrs = pa.map_(_field("key", pa.string(), 13, False), _field("value", pa.int64(), 14))
+    history = pa.list_(
+        _field("element", pa.struct([_field("a", pa.int64(), 10), _field("b", pa.int64(), 11)]), 9)
+    )
     schema = pa.schema(
-        [_field("id", pa.int64(), 1, False), _field("point", point, 2), _field("qty", pa.int64(), 5)]
+        [
+            _field("id", pa.int64(), 1, False),
+            _field("point", point, 2),
+            _field("attrs", attrs, 12),
+            _field("history", history, 7),
+            _field("qty", pa.int64(), 8),
+        ]
     )
     files = []
     for number in range(3):
-        start = number * 10
+        span = range(number * 10, number * 10 + 10)
         rows = pa.Table.from_pydict(
             {
-                "id": list(range(start, start + 10)),
-                "point": [{"x": i, "y": -i} for i in range(start, start + 10)],
-                "qty": [i * 2 for i in range(start, start + 10)],
+                "id": list(span),
+                "point": [{"x": i, "y": -i, "tags": [f"t{i}"] * (i % 3)} for i in span],
+                "attrs": [[(f"k{i}", i)] if i % 2 else None for i in span],
+                "history": [[{"a": i, "b": i + 1}] * (i % 2 + 1) for i in span],
+                "qty": [i * 2 for i in span],
             },
             schema=schema,
         )
@@ -426,10 +472,18 @@ def test_tiny_files_with_nested_columns_read_joined_give_the_rows_read_alone(tmp
         pq.write_table(rows, path)
         files.append(_claiming(_data_file(str(path), 10, path.stat().st_size)))
     joined = _joined(files, table)
+    alone = [batch for data_file in files for batch in _read(data_file, batch_size=64, table=table)]
+    assert pa.Table.from_batches(joined).equals(pa.Table.from_batches(alone))
     got = pa.Table.from_batches(joined)
     assert got.column("qty").to_pylist() == [i * 2 for i in range(30)]
-    assert got.column("point").to_pylist() == [{"x": i, "y": -i} for i in range(30)]
-    assert got.column("id").to_pylist() == list(range(30))
+    assert got.column("history").to_pylist() == [[{"a": i, "b": i + 1}] * (i % 2 + 1) for i in range(30)]
+    assert ("attrs" in got.column_names) is not dropped
+    # Read by leaf index, not by ParquetFile's names: id, point's three, attrs' two, history's two, qty.
+    with PyArrowFileIO().new_input(files[0].file_path).open() as stream:
+        cache = ProjectionCache()
+        _, projection = _decode_tiny(stream, files[0], cache, table, UNPARTITIONED_PARTITION_SPEC, None, 2)
+    assert projection.file_leaves == 9
+    assert projection.leaf_indices == ([0, 1, 2, 3, 6, 7, 8] if dropped else list(range(9)))
 
 
 def test_tiny_files_with_a_uuid_column_read_joined_give_the_rows_read_alone(tmp_path: Path) -> None:
