@@ -296,6 +296,15 @@ def test_files_read_joined_give_the_rows_of_each_file_read_alone(
         return open_file(io, path)
 
     monkeypatch.setattr(read_module, "_open", counted_open)
+    open_local = read_module._LocalOpener.open
+
+    def counted_local(opener: Any, path: str) -> Any:
+        stream = open_local(opener, path)
+        if stream is not None:
+            opened.append(path)
+        return stream
+
+    monkeypatch.setattr(read_module._LocalOpener, "open", counted_local)
 
     partitioned = PartitionSpec(PartitionField(3, 1000, IdentityTransform(), "qty"), spec_id=1)
     specs = {0: UNPARTITIONED_PARTITION_SPEC, 1: partitioned}
@@ -513,3 +522,57 @@ def test_tiny_files_with_a_uuid_column_read_joined_give_the_rows_read_alone(tmp_
             stream, files[0], ProjectionCache(), table, UNPARTITIONED_PARTITION_SPEC, None, 2
         )
     assert decoded.schema.equals(pq.ParquetFile(files[0].file_path).read().schema, check_metadata=True)
+
+
+def _local_opener_forms(tmp_path: Path) -> list[tuple[str, bool]]:
+    """Locations of files under ``tmp_path``, each with whether the opener takes it."""
+    d = tmp_path / "data"
+    return [
+        (f"file://{d}/a.parquet", True),
+        (f"{d}/a.parquet", True),
+        (f"file:{d}/b-1_x.parquet", True),
+        (f"{d}/../data/a.parquet", True),  # normalised by PyIceberg as a directory
+        (f"file://{d}//b-1_x.parquet", True),
+        (f"file://{d}/c%20d.parquet", False),  # not a plain name: left to the FileIO
+        (f"file://{d}/e#f.parquet", False),
+        (f"{d}/.hidden", False),
+        ("s3://bucket/key/a.parquet", False),
+    ]
+
+
+def test_the_local_opener_opens_what_the_file_io_opens_or_leaves_it(tmp_path: Path) -> None:
+    """Every location the opener takes opens the file PyArrow's FileIO opens for it (same bytes); the
+    others (names that are not plain, remote schemes) are left to the FileIO."""
+    from airflow_provider_iceberg_exec.engine.io.read import _LocalOpener
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("a.parquet", "b-1_x.parquet", "c%20d.parquet", "c d.parquet", "e#f.parquet", ".hidden"):
+        (data / name).write_bytes(name.encode() * 3)
+    io = PyArrowFileIO()
+    opener = _LocalOpener(io)
+    for location, taken in _local_opener_forms(tmp_path):
+        stream = opener.open(location)
+        assert (stream is not None) == taken, location
+        if stream is not None:
+            with stream, io.new_input(location).open() as expected:
+                assert stream.read() == expected.read(), location
+
+
+def test_the_local_opener_leaves_other_file_ios_and_schemes_to_them(tmp_path: Path) -> None:
+    from airflow_provider_iceberg_exec.engine.io.read import _LocalOpener
+
+    (tmp_path / "a.parquet").write_bytes(b"x")
+    location = f"file://{tmp_path}/a.parquet"
+    assert _LocalOpener(_PythonStreamFileIO()).open(location) is None  # a subclass may open otherwise
+    assert _LocalOpener(_OtherFileIO()).open(location) is None
+    # Scheme-less paths that PyIceberg maps to another file system stay with it.
+    elsewhere = PyArrowFileIO(properties={"DEFAULT_SCHEME": "s3", "DEFAULT_NETLOC": "bucket"})
+    assert _LocalOpener(elsewhere).open(f"{tmp_path}/a.parquet") is None
+
+
+def test_the_local_opener_names_a_missing_file(tmp_path: Path) -> None:
+    from airflow_provider_iceberg_exec.engine.io.read import _LocalOpener
+
+    with pytest.raises(DataFileReadError, match=r"missing\.parquet cannot be opened"):
+        _LocalOpener(PyArrowFileIO()).open(f"file://{tmp_path}/missing.parquet")
