@@ -155,8 +155,8 @@ class _Projection:
         columns: list[str],
         project: Callable[[pa.RecordBatch], pa.RecordBatch],
         order: dict[str, str] | None,
-        leaf_indices: list[int] | None = None,
-        file_leaves: int | None = None,
+        leaf_indices: list[int] | None,
+        file_leaves: int,
     ) -> None:
         self.columns = columns
         #: the Parquet leaf columns of ``columns`` in the file's schema; ``None`` when a name is repeated
