@@ -36,14 +36,17 @@ CODECS = ("zstd", "snappy", "none")
 READERS = ("pyarrow", "datafusion")
 
 
-def _small_files() -> Any:
+def _sibling(name: str) -> Any:
+    """Another script of bench/ as a module (bench/ is not a package), as the other scripts load theirs."""
+    if f"bench_{name}" in sys.modules:
+        return sys.modules[f"bench_{name}"]
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_small_files", os.path.join(HERE, "small_files.py"))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(HERE, f"{name}.py"))
     if spec is None or spec.loader is None:
-        raise RuntimeError("cannot load bench/small_files.py")
+        raise RuntimeError(f"cannot load bench/{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_small_files"] = module
+    sys.modules[f"bench_{name}"] = module
     spec.loader.exec_module(module)
     return module
 
@@ -52,7 +55,7 @@ def write_files(directory: str, files: int, rows: int, codec: str, seed: int = 1
     """``files`` Parquet files of ``rows`` rows compressed with ``codec`` (kept when already there)."""
     import pyarrow.parquet as pq
 
-    sf = _small_files()
+    sf = _sibling("small_files")
     schema = sf._field_id_schema()
     os.makedirs(directory, exist_ok=True)
     paths = []
@@ -163,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         "bench": "tiny_decode",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]),
-        "machine": _small_files().CB._machine(),
-        "versions": _small_files().CB._versions(),
+        "machine": _sibling("small_files").CB._machine(),
+        "versions": _sibling("small_files").CB._versions(),
         "settings": {"rows_per_file": args.rows_per_file, "repeat": args.repeat},
         "results": results,
     }
