@@ -12,6 +12,7 @@ joining -- over a staged copy, not the scan of the inputs (docs/adr/0001-reading
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import re
 import threading
@@ -736,12 +737,9 @@ def _projection(
             table_schema, file_projection, format_version=format_version, missing_values=missing_values
         )
         columns = [column.name for column in file_projection.columns]
+        leaf_indices, file_leaves = _leaf_layout(arrow_schema, columns)
         return _Projection(
-            columns,
-            project,
-            _fast_order(table_schema, file_projection),
-            _leaf_indices(arrow_schema, columns),
-            sum(_leaf_count(field.type) for field in arrow_schema),
+            columns, project, _fast_order(table_schema, file_projection), leaf_indices, file_leaves
         )
 
     projection = cache.projection(key, missing_values, build)
@@ -749,27 +747,23 @@ def _projection(
     return projection
 
 
-def _leaf_indices(arrow_schema: pa.Schema, columns: list[str]) -> list[int] | None:
+def _leaf_layout(arrow_schema: pa.Schema, columns: list[str]) -> tuple[list[int] | None, int]:
     """The Parquet leaf columns of the top-level ``columns`` in a file of ``arrow_schema`` (the one PyArrow
-    read from it), as ``ParquetFile.read(columns=...)`` selects them; ``None`` when a name is not found once.
+    read from it), as ``ParquetFile.read(columns=...)`` selects them (``None`` when a name is not found
+    once), and the number of leaf columns the schema is made of.
 
     Parquet stores a file's leaves depth first, in the order of the Arrow fields they make up, so each
     top-level field owns the next :func:`_leaf_count` leaves.
     """
-    first: list[int] = []
-    leaves = 0
-    for field in arrow_schema:
-        first.append(leaves)
-        leaves += _leaf_count(field.type)
+    # first[i]: the first leaf of field i; first[-1]: every leaf
+    first = list(itertools.accumulate((_leaf_count(field.type) for field in arrow_schema), initial=0))
     indices: list[int] = []
     for name in columns:
         position = arrow_schema.get_field_index(name)
         if position == -1:
-            return None
-        indices.extend(
-            range(first[position], first[position] + _leaf_count(arrow_schema.field(position).type))
-        )
-    return indices
+            return None, first[-1]
+        indices.extend(range(first[position], first[position + 1]))
+    return indices, first[-1]
 
 
 def _leaf_count(arrow_type: pa.DataType) -> int:
