@@ -317,6 +317,40 @@ def test_lanes_hold_disjoint_key_ranges_in_datafusions_order(tmp_path: Path, pla
     assert not (tmp_path / "spill" / "sort-runs").exists(), "the runs are removed"
 
 
+def test_a_range_s_runs_are_removed_once_merged(tmp_path: Path) -> None:
+    """Each key range's run files go as soon as its merge has handed out its last row, before the sort
+    ends: the first lane consumed to its end leaves only the second lane's runs on disk."""
+    spill = tmp_path / "spill"
+    table = _rows(5000)
+    with sorted_lanes(
+        _batches(table),
+        [("id", True, False)],
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(spill)),
+        str(spill),
+        prepare=pa.Table.from_batches,
+        finish=lambda rows: rows,
+        lanes=2,
+        plan=MergePlan(run_bytes=16 << 10, fan_in=64),
+    ) as (first, second):
+        before = sorted(os.listdir(spill / "sort-runs"))
+        assert len({name.rsplit("-", 1)[1] for name in before}) > 2, "several key ranges"
+        ids = [value for batch in first for value in batch.column("id").to_pylist()]
+        left = sorted(os.listdir(spill / "sort-runs"))
+        assert left
+        assert set(left) < set(before)
+        # every file left holds rows of the second lane only, none of which the first lane handed out
+        left_ids = {
+            value
+            for name in left
+            for value in pa.ipc.open_file(str(spill / "sort-runs" / name)).read_all().column("id").to_pylist()
+        }
+        assert left_ids.isdisjoint(ids)
+        rest = [value for batch in second for value in batch.column("id").to_pylist()]
+        assert set(left_ids) == set(rest)
+    assert sorted(ids + rest) == list(range(5000))
+    assert not (spill / "sort-runs").exists()
+
+
 def test_a_repeated_key_is_never_split_between_lanes(tmp_path: Path) -> None:
     """A key value lies in one lane only, even when most rows share it (equal splitters)."""
     rng = np.random.default_rng(2)
