@@ -14,10 +14,8 @@ files about 10% larger.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -157,9 +155,6 @@ class RollingDataFileWriter:
     :param buffer_bytes: the most a row group may buffer in memory (further capped by the table property).
     :param sort_order_id: stamped on every file (None when rows follow no table sort order).
     :param file_prefix: a prefix for file names, e.g. the group id.
-    :param encode_turns: a lock the writers of one execution share so that one encodes a row group at a
-        time: an encode holds its own memory beside the buffers, and lanes started together fill their row
-        groups together (two lanes' first encodes at once were the peak of a 500,000-file compaction).
     """
 
     def __init__(
@@ -174,7 +169,6 @@ class RollingDataFileWriter:
         buffer_bytes: int,
         sort_order_id: int | None = None,
         file_prefix: str = "rewrite",
-        encode_turns: threading.Lock | None = None,
     ) -> None:
         from pyiceberg.io.pyarrow import (
             compute_statistics_plan,
@@ -189,7 +183,6 @@ class RollingDataFileWriter:
         self._locations = location_provider
         self._spec = spec
         self._schema = schema
-        self._encode_turns = encode_turns or contextlib.nullcontext()
         file_schema = sanitize_column_names(schema)
         self._arrow_schema = schema_to_pyarrow(file_schema, include_field_ids=True)
         self._properties = dict(properties)
@@ -295,8 +288,7 @@ class RollingDataFileWriter:
     def _flush(self, current: _OpenFile) -> None:
         if not current.buffered:
             return
-        with self._encode_turns:
-            self._encode(current)
+        self._encode(current)
 
     def _encode(self, current: _OpenFile) -> None:
         import pyarrow as pa

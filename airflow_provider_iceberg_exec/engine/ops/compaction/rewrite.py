@@ -83,8 +83,6 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
     expected_rows = sum(lane.records for lane in lanes)
     rewritten_bytes = sum(lane.stored_bytes for lane in lanes)
     sort_lanes = _sort_lanes(limits) if layout.needs_order else 1
-    # The lanes' writers take turns to encode a row group (see RollingDataFileWriter).
-    encode_turns = threading.Lock() if len(lanes) > 1 else None
     with (
         track("compaction", files_total=len(inputs), bytes_total=rewritten_bytes, label=group_id) as progress,
         track_resources(limits) as (spill_dir, stats),
@@ -94,7 +92,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
                 lane.files,
                 lane.records,
                 lane.equality,
-                _writer(table, layout, limits, group_id, encode_turns),
+                _writer(table, layout, limits, group_id),
                 f"{group_id} lane {number} of {len(lanes)}" if len(lanes) > 1 else group_id,
                 # A sorted group reads in one lane and merges and writes in several: a writer each.
                 [_writer(table, layout, limits, group_id) for _ in range(sort_lanes - 1)],
@@ -237,7 +235,6 @@ def _writer(
     layout: _OutputLayout,
     limits: ResourceLimits,
     group_id: str,
-    encode_turns: threading.Lock | None = None,
 ) -> RollingDataFileWriter:
     from pyiceberg.table.locations import load_location_provider
 
@@ -253,7 +250,6 @@ def _writer(
         buffer_bytes=limits.writer_buffer_bytes,
         sort_order_id=layout.sort_order_id,
         file_prefix=group_id,
-        encode_turns=encode_turns,
     )
 
 
