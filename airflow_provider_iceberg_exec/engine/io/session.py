@@ -151,9 +151,10 @@ def small_pages() -> bool:
     PyArrow's and DataFusion's allocator (mimalloc 3) asks for huge pages on its arenas. A streaming
     execution frees and reallocates all the time: each 2 MiB page is zeroed whole when first touched and
     purged in 64 KiB pieces, so the process zeroes and holds far more than it uses. With 4 KiB pages the
-    20M-row binpack took 5.0 s instead of 5.9 (sys CPU 0.7 s instead of 2.1) at 385 MiB instead of 425,
-    and the sort 11.3 s instead of 12.4 at 440 MiB instead of 530 (docs/benchmarks.md). The flag is the
-    process's own (inherited by its children): an Airflow task runs in a process of its own.
+    20M-row binpack took 5.0-5.1 s instead of 5.9-6.2 (system CPU 0.7-0.8 s instead of 2.1-2.4) at
+    378-395 MiB instead of 429-450, and the sort 11.2 s instead of 11.6-12.0 at 443 MiB instead of 515-521
+    (docs/benchmarks.md, "Issue 16: fresh pages"). The flag is the process's own (inherited by its
+    children): an Airflow task runs in a process of its own.
     """
     import ctypes
 
