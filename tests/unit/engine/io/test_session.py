@@ -17,6 +17,7 @@ CHILD = textwrap.dedent(
     from airflow_provider_iceberg_exec.engine.io.session import track_resources
 
     prctl = ctypes.CDLL(None).prctl
+    prctl(41, 0, 0, 0, 0)  # a new task process: the flag is inherited, and this test's may have it set
     pa.array(range(1 << 20))  # the allocator's arenas exist before the execution starts
     print(prctl(42, 0, 0, 0, 0))  # PR_GET_THP_DISABLE
     with track_resources(ResourceLimits(spill_dir=sys.argv[1])) as (spill_dir, stats):
