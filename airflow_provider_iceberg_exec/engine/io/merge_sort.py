@@ -50,6 +50,8 @@ from airflow_provider_iceberg_exec.engine.io.read import read_ahead
 from airflow_provider_iceberg_exec.engine.io.session import build_session
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import pyarrow as pa
 
 __all__ = ["MergePlan", "SortColumn", "SortStats", "external_sort", "merge_plan", "sorted_lanes"]
@@ -570,21 +572,27 @@ def _taken(table: pa.Table, indices: pa.Array) -> pa.Table:
 
 
 def _sort_indices(tables: Sequence[pa.Table], order: Sequence[SortColumn]) -> pa.Array:
-    """The stable sort of the rows of ``tables`` (one after the other) by ``order``, as DataFusion orders
-    rows: indices into their concatenation."""
+    """The sort of the rows of ``tables`` (one after the other) by ``order``, as DataFusion orders rows:
+    indices into their concatenation. Rows with equal keys come in no particular order, except that a row
+    of a later table comes after every row of an earlier one equal to it (a splitter after its equals)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    images: list[pa.Array] = []
-    sort_keys: list[tuple[str, ...]] = []
-    per_key_nulls = _per_key_null_placement()
-    for name, ascending, nulls_first in order:
+    columns = []
+    for name, _asc, _nulls in order:
         kind = tables[0].schema.field(name).type
-        column = (
+        columns.append(
             pa.concat_arrays([c for t in tables for c in t.column(name).cast(kind).chunks])
             if len(tables) > 1
             else tables[0].column(name).combine_chunks()
         )
+    indices = _numpy_sort_indices(columns, order, [table.num_rows for table in tables])
+    if indices is not None:
+        return pa.array(indices, pa.int64())
+    images: list[pa.Array] = []
+    sort_keys: list[tuple[str, ...]] = []
+    per_key_nulls = _per_key_null_placement()
+    for column, (_name, ascending, nulls_first) in zip(columns, order, strict=True):
         placement = "at_start" if nulls_first else "at_end"
         if column.null_count and not per_key_nulls:
             # Each key's own null placement as a flag sorted first (False before True): PyArrow before 24
@@ -601,7 +609,132 @@ def _sort_indices(tables: Sequence[pa.Table], order: Sequence[SortColumn]) -> pa
             )
     keys = pa.table(images, names=[key[0] for key in sort_keys])
     del images
-    return pc.sort_indices(keys, sort_keys=sort_keys)
+    return pc.sort_indices(keys, sort_keys=sort_keys)  # stable: a later table's rows after their equals
+
+
+def _numpy_sort_indices(
+    columns: Sequence[pa.Array], order: Sequence[SortColumn], lengths: Sequence[int]
+) -> npt.NDArray[np.int64] | None:
+    """:func:`_sort_indices` by NumPy when every key's images are fixed-width integers (whole numbers,
+    floating point, decimals, dates, times, timestamps); None otherwise.
+
+    The rows are sorted by the first image, then each group of rows still equal is sorted by the next
+    image, and so on (:func:`_refined`): NumPy's sort of one integer column took a sixth of PyArrow's
+    multi-key sort of a run (200K rows by ``user_id, event_ts DESC``: 3 ms against 20), and on most
+    tables few rows share a first key.
+    """
+    import numpy as np
+
+    keys: list[_Key] = []
+    for column, (_name, ascending, nulls_first) in zip(columns, order, strict=True):
+        nulls = column.is_null().to_numpy(zero_copy_only=False) if column.null_count else None
+        for image in _sort_images(column):
+            values = _fixed_width_values(image)
+            if values is None:
+                return None
+            keys.append(_Key(values if ascending else ~values, nulls, nulls_first))  # ~ reverses the order
+    if len(lengths) > 1:
+        keys.append(_Key(np.repeat(np.arange(len(lengths)), lengths), None, False))
+    return _refined(keys, sum(lengths))
+
+
+@dataclass(frozen=True)
+class _Key:
+    """One image of a sort key as NumPy integers (ascending), its nulls, and where they go."""
+
+    values: npt.NDArray[Any]
+    nulls: npt.NDArray[np.bool_] | None
+    nulls_first: bool
+
+
+def _refined(keys: Sequence[_Key], rows: int) -> npt.NDArray[np.int64]:
+    """The rows sorted by ``keys`` in turn: only the rows in groups still equal on the keys before are
+    sorted by the next one, by a NumPy sort of the key and a stable sort of that by group.
+
+    >>> import numpy as np
+    >>> keys = [_Key(np.array([2, 1, 2, 1]), None, False), _Key(np.array([9, 8, 7, 6]), None, False)]
+    >>> _refined(keys, 4).tolist()
+    [3, 1, 2, 0]
+    """
+    import numpy as np
+
+    order = np.arange(rows, dtype=np.int64)  # the rows, sorted so far
+    starts = np.zeros(rows + 1, dtype=np.bool_)  # where each group of rows equal so far begins (and the end)
+    starts[0] = starts[rows] = True
+    tied = np.arange(rows, dtype=np.int64)  # the places in groups of more than one row
+    for number, key in enumerate(keys):
+        if tied.size < 2:
+            break
+        picked = order[tied] if number else None  # at first every row, in the input's order
+        values = key.values if picked is None else key.values[picked]
+        nulls = key.nulls if picked is None or key.nulls is None else key.nulls[picked]
+        within = _key_order(values, nulls, key.nulls_first)
+        groups = None
+        if number:
+            groups = np.cumsum(starts[tied], dtype=np.int64)
+            within = _grouped(within, groups)
+        # where the next row differs from the one before it: another group, another key, or null or not
+        ordered = values[within]
+        differs = ordered[1:] != ordered[:-1]
+        if nulls is not None:
+            null = nulls[within]
+            differs &= ~(null[1:] & null[:-1])  # nulls are equal whatever their slots hold
+            differs |= null[1:] != null[:-1]
+        if groups is not None:
+            ordered_groups = groups[within]
+            differs |= ordered_groups[1:] != ordered_groups[:-1]
+        if picked is None:
+            order = within
+        else:
+            order[tied] = picked[within]
+        starts[tied[1:]] |= differs
+        # a place is tied when it does not start its group or the next place does not start another
+        tied = np.flatnonzero(~(starts[:-1] & starts[1:]))
+    return order
+
+
+def _key_order(values: npt.NDArray[Any], nulls: npt.NDArray[np.bool_] | None, nulls_first: bool) -> Any:
+    """The order that sorts ``values``, nulls first or last (not stable)."""
+    import numpy as np
+
+    if nulls is None:
+        return np.argsort(values)
+    valid = np.flatnonzero(~nulls)
+    missing = np.flatnonzero(nulls)
+    present = valid[np.argsort(values[valid])]
+    return np.concatenate([missing, present] if nulls_first else [present, missing])
+
+
+def _grouped(within: npt.NDArray[np.int64], groups: npt.NDArray[np.int64]) -> Any:
+    """``within`` (an order of the rows) made to keep the rows' ``groups`` (ascending) first: a stable sort
+    by group, by radix on 16-bit group numbers."""
+    import numpy as np
+
+    ordered = groups[within]
+    if int(groups[-1]) - int(groups[0]) < 1 << 16:
+        ordered = (ordered - groups[0]).astype(np.uint16)
+    return within[np.argsort(ordered, kind="stable")]
+
+
+def _fixed_width_values(image: pa.Array) -> npt.NDArray[Any] | None:
+    """An integer or temporal image's values as NumPy integers (whatever is under its nulls), without a
+    copy; None for any other type."""
+    import numpy as np
+    import pyarrow as pa
+
+    kind = image.type
+    if pa.types.is_integer(kind):
+        dtype = np.dtype(f"{'u' if pa.types.is_unsigned_integer(kind) else 'i'}{kind.bit_width // 8}")
+    elif any(
+        is_kind(kind)
+        for is_kind in (pa.types.is_date, pa.types.is_time, pa.types.is_timestamp, pa.types.is_duration)
+    ):
+        dtype = np.dtype(f"i{kind.bit_width // 8}")
+    else:
+        return None
+    return np.frombuffer(
+        image.buffers()[1], dtype=dtype, count=len(image), offset=image.offset * dtype.itemsize
+    )
 
 
 def _per_key_null_placement() -> bool:
