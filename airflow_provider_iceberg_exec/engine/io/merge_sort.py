@@ -428,6 +428,8 @@ def _even_groups(sizes: Sequence[int], count: int) -> list[list[int]]:
 
     >>> _even_groups([5, 5, 5, 5], 2), _even_groups([9, 1, 1, 1], 2), _even_groups([1, 1], 4)
     ([[0, 1], [2, 3]], [[0], [1, 2, 3]], [[0], [1]])
+    >>> _even_groups([125, 124, 125, 125, 124, 125, 127, 125], 2)  # a hair short of half: four, not five
+    [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
     total, before = sum(sizes), 0
     groups: list[list[int]] = []
@@ -437,8 +439,12 @@ def _even_groups(sizes: Sequence[int], count: int) -> list[list[int]]:
         current.append(index)
         current_size += size
         after = count - len(groups) - 1  # groups still to come after this one
-        # closed when it holds its share of what is left for it and the groups after it
-        if after > 0 and index + 1 < len(sizes) and current_size * (after + 1) >= total - before:
+        if after <= 0 or index + 1 >= len(sizes):
+            continue
+        # its share of what is left for it and the groups after it; closed here when taking the next
+        # size too would leave it further from that share than it is now
+        share = (total - before) / (after + 1)
+        if current_size + sizes[index + 1] - share > share - current_size:
             groups.append(current)
             before += current_size
             current, current_size = [], 0
