@@ -33,7 +33,7 @@ import pytest
 
 from tests.faults.airflow_dag import DAG_FILE_SOURCE, DAG_ID, MARKERS_ENV, TABLE, marker_path
 from tests.helpers import data_files, files_under, live_checksum, table_state
-from tests.system.conftest import connection_json
+from tests.system.conftest import MIGRATED_DB, connection_json
 
 pytestmark = pytest.mark.system
 
@@ -129,7 +129,7 @@ def airflow(airflow_db: str, table: Any, workdir: Path) -> Iterator[Airflow]:
     for directory in (home, logs, dags, markers):
         directory.mkdir()
     (dags / "faults_kill_dag.py").write_text(DAG_FILE_SOURCE)
-    shutil.copy(Path(airflow_db) / "airflow.db", home / "airflow.db")  # migrated once per session
+    shutil.copy(Path(airflow_db) / MIGRATED_DB, home / "airflow.db")  # migrated once per session
     port = str(_free_port())
     env = {
         **os.environ,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,11 @@ REPO = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = REPO / "dags_examples"
 
 TABLE = "demo.events"
+
+#: the session's metadata DB as migrated, before any test wrote a DAG into it: a test's own Airflow starts
+#: from this copy, so the DAGs it finds serialized are the ones its DAG processor wrote (the session's DB
+#: holds example DAGs that test_example_dags registered under the session's settings, another pool)
+MIGRATED_DB = "airflow-migrated.db"
 
 
 def connection_json(workdir: Path) -> str:
@@ -42,6 +48,8 @@ def airflow_db() -> str:
             timeout=300,
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if not Path(home, MIGRATED_DB).exists():  # taken before the first test that uses the DB
+        shutil.copy(Path(home, "airflow.db"), Path(home, MIGRATED_DB))
     from airflow import settings
 
     settings.configure_orm()

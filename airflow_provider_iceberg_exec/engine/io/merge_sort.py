@@ -1,7 +1,8 @@
-"""An external merge sort under the memory limit: sorted runs by PyArrow, merged by DataFusion.
+"""An external merge sort under the memory limit: sorted runs by NumPy or PyArrow, merged by DataFusion.
 
 Rows come in batches. Every :attr:`MergePlan.run_bytes` of them (a sixteenth of the limit) are sorted in
-memory by PyArrow (``sort_indices`` and ``take``, which release the GIL) and written as one run file
+memory (by NumPy when every key compares as fixed-width integers, by PyArrow's ``sort_indices`` otherwise;
+then PyArrow's ``take``: all release the GIL) and written as one run file
 (Arrow IPC, uncompressed) into the spill directory. Two runs are sorted at once, each on a thread of its own,
 while the caller's thread collects the next from the input (read ahead on another thread): the runs are
 small enough to be sorted in the CPU's caches. DataFusion then merges the sorted runs: a
@@ -64,8 +65,10 @@ SortColumn = tuple[str, bool, bool]
 #: compression of the run files' buffers: none, as DataFusion's own spill files (LZ4: 4M rows 0.8 s CPU more)
 _RUN_COMPRESSION: str | None = None
 #: what one input of a merge holds, for the fan-in: a merge of 256 run files held about 70 MiB more than
-#: one of 128 (beside 100-150 MiB for the merge itself, whatever its inputs)
-_MERGE_INPUT_BYTES = 512 << 10
+#: one of 128 (beside 100-150 MiB for the merge itself, whatever its inputs); a 200M-row sort at 256 MiB
+#: (about a thousand runs, two lanes merging 128 inputs each at once) peaked at 532 MiB, 495 MiB with 100
+#: inputs a lane, about what the 20M-row sort's 97 runs a lane take (445-475 MiB)
+_MERGE_INPUT_BYTES = 640 << 10
 _MIN_FAN_IN = 2
 _MAX_FAN_IN = 256
 #: runs sorted and written at once, each on its own thread (beside the thread that reads the input)
@@ -115,9 +118,9 @@ def merge_plan(limits: ResourceLimits) -> MergePlan:
 
     >>> from airflow_provider_iceberg_exec.engine.config import ResourceLimits
     >>> merge_plan(ResourceLimits(memory_limit_bytes=256 << 20))
-    MergePlan(run_bytes=16777216, fan_in=256)
+    MergePlan(run_bytes=16777216, fan_in=204)
     >>> merge_plan(ResourceLimits(memory_limit_bytes=64 << 20))
-    MergePlan(run_bytes=4194304, fan_in=64)
+    MergePlan(run_bytes=4194304, fan_in=51)
     """
     budget = limits.memory_limit_bytes
     fan_in = max(_MIN_FAN_IN, min(_MAX_FAN_IN, budget // 2 // _MERGE_INPUT_BYTES))
