@@ -633,14 +633,19 @@ def _numpy_sort_indices(
     tables few rows share a first key.
     """
     import numpy as np
+    import pyarrow as pa
 
+    # decided from the types before any image is made (the images of floats and decimals are integers)
+    sortable = (pa.types.is_floating, pa.types.is_decimal128, pa.types.is_decimal256)
+    if not all(
+        any(is_kind(c.type) for is_kind in sortable) or _integer_dtype(c.type) is not None for c in columns
+    ):
+        return None
     keys: list[_Key] = []
     for column, (_name, ascending, nulls_first) in zip(columns, order, strict=True):
         nulls = column.is_null().to_numpy(zero_copy_only=False) if column.null_count else None
         for image in _sort_images(column):
-            values = _fixed_width_values(image)
-            if values is None:
-                return None
+            values = _integer_values(image)
             keys.append(_Key(values if ascending else ~values, nulls, nulls_first))  # ~ reverses the order
     if len(lengths) > 1:
         keys.append(_Key(np.repeat(np.arange(len(lengths)), lengths), None, False))
@@ -725,22 +730,28 @@ def _grouped(within: npt.NDArray[np.int64], groups: npt.NDArray[np.int64]) -> An
     return within[np.argsort(ordered, kind="stable")]
 
 
-def _fixed_width_values(image: pa.Array) -> npt.NDArray[Any] | None:
-    """An integer or temporal image's values as NumPy integers (whatever is under its nulls), without a
-    copy; None for any other type."""
+def _integer_dtype(kind: pa.DataType) -> np.dtype[Any] | None:
+    """The NumPy integer type of a whole-number or temporal Arrow type's values; None for any other."""
     import numpy as np
     import pyarrow as pa
 
-    kind = image.type
     if pa.types.is_integer(kind):
-        dtype = np.dtype(f"{'u' if pa.types.is_unsigned_integer(kind) else 'i'}{kind.bit_width // 8}")
-    elif any(
+        return np.dtype(f"{'u' if pa.types.is_unsigned_integer(kind) else 'i'}{kind.bit_width // 8}")
+    if any(
         is_kind(kind)
         for is_kind in (pa.types.is_date, pa.types.is_time, pa.types.is_timestamp, pa.types.is_duration)
     ):
-        dtype = np.dtype(f"i{kind.bit_width // 8}")
-    else:
-        return None
+        return np.dtype(f"i{kind.bit_width // 8}")
+    return None
+
+
+def _integer_values(image: pa.Array) -> npt.NDArray[Any]:
+    """An integer or temporal image's values as NumPy integers (whatever is under its nulls), without a
+    copy."""
+    import numpy as np
+
+    dtype = _integer_dtype(image.type)
+    assert dtype is not None, image.type  # the images of the types _numpy_sort_indices takes
     return np.frombuffer(
         image.buffers()[1], dtype=dtype, count=len(image), offset=image.offset * dtype.itemsize
     )

@@ -45,18 +45,8 @@ def _batches(table: pa.Table, rows: int = 300):
 
 
 def _key_words(table: pa.Table) -> list[tuple]:
-    """The order's key of every row, floats as their bits' total order so NaN and -0.0 compare."""
-    floats = table.column("f").to_numpy(zero_copy_only=False).view(np.int64)
-    total = (floats ^ ((floats >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))).tolist()
-    f_null = table.column("f").is_null().to_pylist()
-    return list(
-        zip(
-            table.column("g").to_pylist(),
-            [None if n else t for n, t in zip(f_null, total, strict=True)],
-            table.column("s").to_pylist(),
-            strict=True,
-        )
-    )
+    """The order's key of every row (:func:`_key_rows` of its key columns)."""
+    return _key_rows(table.select([name for name, _asc, _nulls in ORDER]))
 
 
 def _datafusion_sorted(table: pa.Table) -> pa.Table:
