@@ -77,6 +77,10 @@ _SORTERS = 2
 #: with batches of 8192 rows (of 80 bytes) than with 1024-row ones, and a merge of 128 runs 25 MiB more
 #: with batches of 128 KiB than with 64 KiB ones (the same CPU)
 _MERGE_BATCH_BYTES = 64 << 10
+#: bytes a run file's writes are gathered into: Arrow's IPC writer makes a system call for every buffer of
+#: every batch (about 600,000 for the runs of the bench's 20M-row sort); 384 MiB of runs were written in
+#: 0.15 s of CPU gathered, 0.42 s not
+_RUN_WRITE_BUFFER_BYTES = 1 << 20
 #: bytes of each batch the merge hands on (at most ``limits.batch_size`` rows)
 _OUTPUT_BATCH_BYTES = 1 << 20
 _MIN_BATCH_ROWS = 64
@@ -813,18 +817,42 @@ def _row_bytes(table: pa.Table) -> int:
     return max(1, int(table.nbytes) // max(1, int(table.num_rows)))
 
 
-def _run_writer(path: str, schema: pa.Schema) -> Any:
-    """A run file: Arrow IPC (written and read back at memory speed, once)."""
-    import pyarrow as pa
+class _RunFile:
+    """A run file being written: Arrow IPC (written and read back at memory speed, once), its writes
+    gathered into :data:`_RUN_WRITE_BUFFER_BYTES`."""
 
-    return pa.ipc.new_file(path, schema, options=pa.ipc.IpcWriteOptions(compression=_RUN_COMPRESSION))
+    def __init__(self, path: str, schema: pa.Schema) -> None:
+        import pyarrow as pa
+
+        self._sink = pa.BufferedOutputStream(pa.OSFile(path, "wb"), buffer_size=_RUN_WRITE_BUFFER_BYTES)
+        try:
+            options = pa.ipc.IpcWriteOptions(compression=_RUN_COMPRESSION)
+            self._writer = pa.ipc.new_file(self._sink, schema, options=options)
+        except BaseException:
+            self._sink.close()
+            raise
+
+    def write_table(self, table: pa.Table, max_chunksize: int) -> None:
+        self._writer.write_table(table, max_chunksize=max_chunksize)
+
+    def close(self) -> None:
+        try:
+            self._writer.close()  # the footer
+        finally:
+            self._sink.close()  # the buffer flushed, the file closed
+
+    def __enter__(self) -> _RunFile:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def _write_run(table: pa.Table, directory: str, name: str) -> str:
     """One sorted run, in batches of about :data:`_MERGE_BATCH_BYTES`: the merge reads one at a time."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"run-{name}.arrow")
-    with _run_writer(path, table.schema) as writer:
+    with _RunFile(path, table.schema) as writer:
         writer.write_table(table, max_chunksize=_batch_rows(table))
     return path
 
@@ -888,7 +916,7 @@ def _reduced(
             with closing(rows):
                 for batch in rows:
                     if writer is None:
-                        writer = _run_writer(path, batch.schema)
+                        writer = _RunFile(path, batch.schema)
                     # In the runs' small batches: a merge holds a few batches of each input at once.
                     table = pa.Table.from_batches([batch])
                     writer.write_table(table, max_chunksize=_batch_rows(table))
