@@ -13,7 +13,7 @@ one run never touch the disk.
 
 :func:`sorted_lanes` hands the sorted rows out as several streams of disjoint key ranges, each merged
 and finished on its own, for a writer each: every run is cut as it is spilled at splitters taken from
-the first run (sorted with the run's rows, so the cut follows the sort's own order), four ranges per lane.
+the first run (sorted with the run's rows, so the cut follows the sort's own order), two ranges per lane.
 After the last run, a range the first run misjudged (input whose first run is unlike the rest) is cut
 again at splitters sampled from every run's piece of it, until no lane holds more than 1.5x its share;
 the key ranges are dealt to the lanes by their bytes.
@@ -92,9 +92,12 @@ _FINISH_LEAD_BYTES = 16 << 20
 _RUN_SHARE = 16
 _MIN_RUN_BYTES = 1 << 20
 #: key ranges per lane of a sort merged in lanes, cut at splitters from the first run and dealt to the
-#: lanes by the bytes every run put in them: a first run somewhat unlike the rest (a z-order's, on the
-#: bench's table) still deals evenly; ranges too heavy for that are cut again (:func:`_balanced`)
-_RANGES_PER_LANE = 4
+#: lanes by the bytes every run put in them; ranges too heavy to deal evenly are cut again
+#: (:func:`_balanced`). Each range is a merge of its own (its runs registered and planned, a batch of each
+#: read before its first row: 0.08-0.23 s) and a file a run: with four, the bench's sort took 11.2 s on
+#: average against 10.7 (five runs each), its z-order 13.2 s against 12.6 (four); both deal the bench's
+#: z-order evenly (two: four ranges of 387-392 MiB, none cut again)
+_RANGES_PER_LANE = 2
 #: a lane may hold this much more than its share of the bytes before its heaviest range is cut again:
 #: cutting again rewrites the range, which cost more than it saved below this (a z-order of the bench's
 #: table, its lanes within 1.5x, re-cut all its 1.6 GB: 19.3 s against 15.9 without, on a quiet machine)
