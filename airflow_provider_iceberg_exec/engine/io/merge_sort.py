@@ -835,8 +835,9 @@ class _RunFile:
             self._sink.close()
             raise
 
-    def write_table(self, table: pa.Table, max_chunksize: int) -> None:
-        self._writer.write_table(table, max_chunksize=max_chunksize)
+    def write_table(self, table: pa.Table) -> None:
+        """``table``'s rows in batches of about :data:`_MERGE_BATCH_BYTES` (the merge reads one at a time)."""
+        self._writer.write_table(table, max_chunksize=_batch_rows(table))
 
     def close(self) -> None:
         try:
@@ -856,7 +857,7 @@ def _write_run(table: pa.Table, directory: str, name: str) -> str:
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"run-{name}.arrow")
     with _RunFile(path, table.schema) as writer:
-        writer.write_table(table, max_chunksize=_batch_rows(table))
+        writer.write_table(table)
     return path
 
 
@@ -922,7 +923,7 @@ def _reduced(
                         writer = _RunFile(path, batch.schema)
                     # In the runs' small batches: a merge holds a few batches of each input at once.
                     table = pa.Table.from_batches([batch])
-                    writer.write_table(table, max_chunksize=_batch_rows(table))
+                    writer.write_table(table)
         finally:
             if writer is not None:
                 writer.close()
