@@ -207,6 +207,95 @@ def test_commit_base_keeps_only_the_removed_files_and_still_proves_them(
         lean.check_removed([RemovedClaim.of(gone)], {})
 
 
+@pytest.mark.parametrize("table_kind", ["v2-mixed", "v3"])
+def test_a_plan_made_in_this_process_proves_what_the_base_manifests_prove(
+    catalog: SqlCatalog, table_kind: str
+) -> None:
+    """compact() proves its results against its own plan's entries, not the base's manifests read again:
+    for every planned file the proof must answer exactly as the base's (records, data sequence number,
+    first row id, the deletes that apply and their counts), and refuse a file the plan does not hold."""
+    from airflow_provider_iceberg_exec.engine.commit.verification import BaseFiles, RemovedClaim
+    from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
+
+    if table_kind == "v3":
+        table = _upgraded(catalog)
+        _v3_append(table, 30, 10)
+        _v3_append(table, 40, 10)
+    else:
+        table = _mixed_table(catalog)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    specs, schema = table.metadata.specs(), table.metadata.schema()
+    plan = plan_compaction(table, options=_ALL, packed=True)
+    entries = [e for task in plan["tasks"] for e in task["data_files"]]
+    paths = {e["data-file"]["file-path"] for e in entries}
+    outsider = sorted(paths)[0]
+    only = paths - {outsider}
+    read = BaseFiles(table, snapshot.snapshot_id, only=only)
+    planned = BaseFiles.planned(snapshot.snapshot_id, iter(entries), specs, schema, only=only)
+
+    claims = [
+        RemovedClaim.of_json(e["data-file"]) for e in entries if e["data-file"]["file-path"] != outsider
+    ]
+    applied = {e["data-file"]["file-path"]: applied_deletes_of(e) for e in entries}
+    assert len(claims) == len(only) > 1
+    assert planned.check_removed(claims, applied) == read.check_removed(claims, applied)
+    for claim in claims:  # file by file: a sum could hide two differences
+        assert planned.check_removed([claim], applied) == read.check_removed([claim], applied)
+    if table_kind == "v3":
+        assert all(claim.first_row_id is not None for claim in claims)
+    else:
+        assert planned.check_removed(claims, applied).position_delete_records > 0
+        assert planned.check_removed(claims, applied).has_equality_deletes
+    # A planned file kept out of ``only``, a claim with other deletes, or another sequence number: refused.
+    with pytest.raises(DataFileCodecError, match="was not live in base snapshot"):
+        planned.check_removed([RemovedClaim.of_json({"file-path": outsider})], applied)
+    if table_kind != "v3":
+        with_deletes = next(c for c in claims if applied[c.file_path]["delete-files"])
+        stripped = {with_deletes.file_path: dict(applied[with_deletes.file_path], **{"delete-files": {}})}
+        with pytest.raises(DataFileCodecError, match="are not those that apply"):
+            planned.check_removed([with_deletes], stripped)
+    shifted = {claims[0].file_path: dict(applied[claims[0].file_path])}
+    shifted[claims[0].file_path]["data-sequence-number"] += 1
+    with pytest.raises(DataFileCodecError, match="data sequence number"):
+        planned.check_removed([claims[0]], shifted)
+
+
+def test_compact_proves_its_results_without_reading_the_base_again(
+    catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compact() reads the base's manifests once, to plan: its commit proves the results against that
+    plan, position deletes and two specs included, and the rows conserve (checked by PyIceberg's reader,
+    which reads no equality deletes)."""
+    from pyiceberg.transforms import IdentityTransform
+
+    from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.ops.compaction import compact
+    from tests.helpers import live_checksum
+
+    table = _create(catalog)
+    for start in range(0, 30, 6):
+        _append(table, range(start, start + 6), "a")
+    with table.update_spec() as update:
+        update.add_field("category", IdentityTransform(), "category")
+    for start in range(30, 60, 6):
+        _append(table, range(start, start + 6), "a" if start % 12 else "b")
+    by_path = sorted(data_files(table), key=lambda f: f.file_path)
+    commit_position_deletes(table, by_path[0].file_path, [0, 1, 2], set_referenced_data_file=True)
+    commit_position_deletes(table, by_path[7].file_path, [1], set_referenced_data_file=False)
+    before = live_checksum(table)
+
+    def read_again(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the commit read the base's manifests again")
+
+    monkeypatch.setattr(scan_module, "stream_data_files", read_again)  # the commit's import, not the plan's
+    result = compact(table, options=_ALL, limits=ResourceLimits())
+
+    assert result["rewritten_data_files_count"] == 10
+    table.refresh()
+    assert live_checksum(table) == before
+
+
 def test_a_packed_plan_gives_every_entry_as_the_scan_encodes_it(catalog: SqlCatalog) -> None:
     """compact()'s plan keeps its entries packed: each must come back as the scanned file's own entry,
     deletes, partitions of both specs and sequence numbers included, and the plan's lists must be the same."""

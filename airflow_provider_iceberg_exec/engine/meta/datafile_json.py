@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import operator
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 from pyiceberg.conversions import from_bytes, to_bytes
@@ -69,6 +69,7 @@ from pyiceberg.types import (
     UnknownType,
 )
 
+from airflow_provider_iceberg_exec.engine.documents.packed import PackedDataFiles
 from airflow_provider_iceberg_exec.engine.errors import DataFileCodecError
 from airflow_provider_iceberg_exec.engine.meta.json_values import (
     VALUE_ERRORS,
@@ -78,7 +79,7 @@ from airflow_provider_iceberg_exec.engine.meta.json_values import (
     value_codec,
 )
 
-__all__ = ["content_of_json", "data_file_from_json", "data_file_to_json"]
+__all__ = ["content_of_json", "data_file_from_json", "data_file_to_json", "removed_files_from_json"]
 
 _CONTENT_NAMES = {
     DataFileContent.DATA: "data",
@@ -646,3 +647,42 @@ def data_file_from_json(
     data_file = DataFile.from_args(_table_format_version=version, **fields)
     data_file.spec_id = spec_id
     return data_file
+
+
+def removed_files_from_json(
+    docs: Sequence[Mapping[str, Any]], specs: Mapping[int, PartitionSpec], schema: Schema
+) -> list[DataFile]:
+    """The data files a commit removes, each as :func:`data_file_from_json` decodes it without metrics, the
+    files of one partition sharing its record.
+
+    Of packed documents (:class:`.PackedDataFiles`: :func:`.compact`'s results hold its plan's entries),
+    the files that share all but their path, size and record count are decoded once and copied with their
+    own three: 50,000 small files took 0.76 s decoded one by one.
+    """
+    partitions: dict[tuple[int, str], Record] = {}
+    if not isinstance(docs, PackedDataFiles):
+        return [data_file_from_json(d, specs, schema, metrics=False, partitions=partitions) for d in docs]
+    decoded: dict[int, DataFile] = {}
+    files: list[DataFile] = []
+    for index, (shape, path, size, records) in enumerate(docs.columns()):
+        first = decoded.get(shape)
+        if first is None:
+            first = decoded[shape] = data_file_from_json(
+                docs[index], specs, schema, metrics=False, partitions=partitions
+            )
+            files.append(first)
+            continue
+        copy = DataFile(*(first[pos] for pos in range(len(first))))
+        copy[_PATH_POS], copy[_SIZE_POS], copy[_RECORDS_POS] = path, size, records
+        copy.spec_id = first.spec_id
+        files.append(copy)
+    return files
+
+
+def _position(name: str) -> int:
+    """Where field ``name`` sits in a content file: the same in the v2 and the v3 layout."""
+    (position,) = {next(i for i, f in enumerate(DATA_FILE_TYPE[v].fields) if f.name == name) for v in (2, 3)}
+    return position
+
+
+_PATH_POS, _SIZE_POS, _RECORDS_POS = map(_position, ("file_path", "file_size_in_bytes", "record_count"))

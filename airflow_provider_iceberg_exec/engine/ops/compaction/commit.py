@@ -29,7 +29,10 @@ from airflow_provider_iceberg_exec.engine.errors import (
     DataFileCodecError,
 )
 from airflow_provider_iceberg_exec.engine.io.catalog import refresh_table, table_name
-from airflow_provider_iceberg_exec.engine.meta.datafile_json import data_file_from_json
+from airflow_provider_iceberg_exec.engine.meta.datafile_json import (
+    data_file_from_json,
+    removed_files_from_json,
+)
 from airflow_provider_iceberg_exec.engine.meta.scan import check_branch
 
 if TYPE_CHECKING:
@@ -37,13 +40,17 @@ if TYPE_CHECKING:
     from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
-    from pyiceberg.typedef import Record
 
 log = logging.getLogger(__name__)
 
 
 def commit_compaction(
-    table: Table, results: Sequence[Mapping[str, Any]], *, commit_id: str, failed_data_files_count: int = 0
+    table: Table,
+    results: Sequence[Mapping[str, Any]],
+    *,
+    commit_id: str,
+    failed_data_files_count: int = 0,
+    planned_entries: Sequence[Sequence[Mapping[str, Any]]] | None = None,
 ) -> CompactionResult:
     """Commit rewrite results as ``replace`` snapshots, one per commit batch, idempotently.
 
@@ -53,6 +60,10 @@ def commit_compaction(
     otherwise the first failure raises.
 
     :param failed_data_files_count: files of groups whose rewrite already failed (partial progress).
+    :param planned_entries: each task's ``data_files`` of the plan the results come from, when this
+        process made that plan from the base snapshot (:func:`.compact`): the removed files are proven
+        against what it read there (:meth:`.BaseFiles.planned`) instead of the base's manifests read
+        again. Never a document's: a plan handed in proves nothing about the base.
     :raises CommitValidationError: when validation from the base snapshot fails (re-plan).
     :raises CommitConflictError: when the catalog kept rejecting the commit (retry later).
     :raises CommitStateUnknownError: when the catalog's answer is unknown.
@@ -96,8 +107,15 @@ def commit_compaction(
     ]
     if pending:
         removed = {f["file-path"] for d in pending for f in d["rewritten_data_files"]}
-        _verify_batch(table, BaseFiles(table, base_snapshot_id, only=removed), pending, specs, schema)
-        del removed
+        base_files = (
+            BaseFiles(table, base_snapshot_id, only=removed)
+            if planned_entries is None
+            else BaseFiles.planned(
+                base_snapshot_id, (e for task in planned_entries for e in task), specs, schema, only=removed
+            )
+        )
+        _verify_batch(table, base_files, pending, specs, schema)
+        del removed, base_files
     # Every result's files are read once, against this metadata, after the proofs (which read no
     # removed file decoded: a group of 500,000 files held ~400 bytes a file of them).
     files = {str(doc["group_id"]): _result_files(doc, specs, schema) for doc in docs}
@@ -150,11 +168,7 @@ def _result_files(
     manifest's own entry as deleted), so its column metrics are not decoded, and the files of one
     partition share its record.
     """
-    partitions: dict[tuple[int, str], Record] = {}
-    rewritten = [
-        data_file_from_json(f, specs, schema, metrics=False, partitions=partitions)
-        for f in doc["rewritten_data_files"]
-    ]
+    rewritten = removed_files_from_json(doc["rewritten_data_files"], specs, schema)
     added = [data_file_from_json(f, specs, schema) for f in doc["added_data_files"]]
     return rewritten, added
 

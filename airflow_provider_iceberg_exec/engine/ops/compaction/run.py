@@ -85,7 +85,9 @@ def compact(
     input_bytes = sum(
         int(e["data-file"]["file-size-in-bytes"]) for t in plan["tasks"] for e in t["data_files"]
     )
-    # Each task is let go once rewritten: its result keeps only what the commit reads.
+    # Each task is let go once rewritten: its result keeps only what the commit reads. The commit proves
+    # the results against the plan's own entries (the results hold them too: no copy).
+    planned_entries = [task["data_files"] for task in plan["tasks"]]
     tasks = collections.deque(plan["tasks"])
     del plan
     release_memory(arrow=False)  # the planner's candidates: the rewrite starts without their pages
@@ -95,7 +97,11 @@ def compact(
             failed_files = _rewrite_groups(table, tasks, limits, resolved, results)
         release_memory()  # the rewrite's buffers: the commit starts without their pages
         outcome = commit_compaction(
-            table, results, commit_id=commit_id or uuid.uuid4().hex, failed_data_files_count=failed_files
+            table,
+            results,
+            commit_id=commit_id or uuid.uuid4().hex,
+            failed_data_files_count=failed_files,
+            planned_entries=planned_entries,
         )
     except CommitStateUnknownError:
         raise  # the files may be live now: never delete them

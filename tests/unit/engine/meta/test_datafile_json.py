@@ -841,3 +841,45 @@ def test_without_metrics_the_entry_has_none_and_the_rest_decodes_the_same():
 def test_without_metrics_the_maps_are_still_checked_for_shape(doc):
     with pytest.raises(DataFileCodecError):
         data_file_from_json(doc, _error_specs(), _schema(LongType(), DateType()), metrics=False)
+
+
+def test_removed_files_of_packed_entries_decode_as_one_by_one():
+    """A commit decodes compact()'s removed files once a shared rest and copies them: each must equal its
+    own decode, field for field (spec, partition, v3 ids, content), and share nothing a caller changes."""
+    from airflow_provider_iceberg_exec.engine.documents.packed import PackedEntries, data_files_of
+    from airflow_provider_iceberg_exec.engine.meta.datafile_json import removed_files_from_json
+
+    schema = _schema(LongType(), StringType())
+    by_c2 = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "c2"), spec_id=1)
+    specs = {0: UNPARTITIONED, 1: by_c2}
+
+    def entry(number: int) -> dict[str, Any]:
+        spec = specs[number % 2]
+        fields: dict[str, Any] = {
+            "file_path": f"file:///w/t/data/{number:05d}.parquet",
+            "record_count": 20 + number,
+            "file_size_in_bytes": 4000 + number,
+            "partition": Record("a" if number % 4 == 1 else "b") if spec.spec_id else Record(),
+            "split_offsets": [4],
+            "spec_id": spec.spec_id,
+        }
+        if number % 5 == 4:
+            fields["first_row_id"] = 1000 * number  # a v3 file: its own rest
+        doc = data_file_to_json(_data_file(**fields), spec, schema, metrics=False)
+        return {"data-file": doc, "data-sequence-number": 1 + number % 3, "delete-files": []}
+
+    entries = [entry(n) for n in range(40)]
+    expected = [
+        _stored_fields(data_file_from_json(e["data-file"], specs, schema, metrics=False)) for e in entries
+    ]
+    packed = PackedEntries.pack([json.loads(json.dumps(e)) for e in entries])
+    assert 1 < packed.shapes < 40
+
+    decoded = removed_files_from_json(data_files_of(packed), specs, schema)
+
+    assert [_stored_fields(f) for f in decoded] == expected
+    assert [
+        _stored_fields(f) for f in removed_files_from_json(list(data_files_of(packed)), specs, schema)
+    ] == (expected)
+    decoded[0][1] = "changed"
+    assert [f.file_path for f in decoded[1:]] == [e["data-file"]["file-path"] for e in entries[1:]]
