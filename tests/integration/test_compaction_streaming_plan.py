@@ -48,21 +48,28 @@ def _plans_both_ways(
     return json.loads(json.dumps(streamed)), json.loads(json.dumps(whole))
 
 
-def _mixed_table(catalog: SqlCatalog) -> Table:
-    """Spec 0 unpartitioned then spec 1 identity(category), many small files over several snapshots,
-    position deletes (file-scoped and by bounds), global and partition equality deletes."""
+def _two_spec_table(catalog: SqlCatalog, files_per_spec: int) -> Table:
+    """Spec 0 unpartitioned then spec 1 identity(category), small files over several snapshots, position
+    deletes (file-scoped and by bounds)."""
     table = _create(catalog)
-    for start in range(0, 60, 6):
+    rows = 6 * files_per_spec
+    for start in range(0, rows, 6):
         _append(table, range(start, start + 6), "a")
     with table.update_spec() as update:
         from pyiceberg.transforms import IdentityTransform
 
         update.add_field("category", IdentityTransform(), "category")
-    for start in range(60, 120, 6):
+    for start in range(rows, 2 * rows, 6):
         _append(table, range(start, start + 6), "a" if start % 12 else "b")
     by_path = sorted(data_files(table), key=lambda f: f.file_path)
     commit_position_deletes(table, by_path[0].file_path, [0, 1, 2], set_referenced_data_file=True)
     commit_position_deletes(table, by_path[3].file_path, [1], set_referenced_data_file=False)
+    return table
+
+
+def _mixed_table(catalog: SqlCatalog) -> Table:
+    """:func:`_two_spec_table` with global and partition equality deletes, and files newer than them."""
+    table = _two_spec_table(catalog, 10)
     _commit_deletes(
         table,
         [
@@ -267,22 +274,11 @@ def test_compact_proves_its_results_without_reading_the_base_again(
     """compact() reads the base's manifests once, to plan: its commit proves the results against that
     plan, position deletes and two specs included, and the rows conserve (checked by PyIceberg's reader,
     which reads no equality deletes)."""
-    from pyiceberg.transforms import IdentityTransform
-
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
     from airflow_provider_iceberg_exec.engine.ops.compaction import compact
     from tests.helpers import live_checksum
 
-    table = _create(catalog)
-    for start in range(0, 30, 6):
-        _append(table, range(start, start + 6), "a")
-    with table.update_spec() as update:
-        update.add_field("category", IdentityTransform(), "category")
-    for start in range(30, 60, 6):
-        _append(table, range(start, start + 6), "a" if start % 12 else "b")
-    by_path = sorted(data_files(table), key=lambda f: f.file_path)
-    commit_position_deletes(table, by_path[0].file_path, [0, 1, 2], set_referenced_data_file=True)
-    commit_position_deletes(table, by_path[7].file_path, [1], set_referenced_data_file=False)
+    table = _two_spec_table(catalog, 5)
     before = live_checksum(table)
 
     def read_again(*args: Any, **kwargs: Any) -> Any:
