@@ -232,14 +232,13 @@ def test_a_plan_made_in_this_process_proves_what_the_base_manifests_prove(
         table = _mixed_table(catalog)
     snapshot = table.current_snapshot()
     assert snapshot is not None
-    specs, schema = table.metadata.specs(), table.metadata.schema()
     plan = plan_compaction(table, options=_ALL, packed=True)
     entries = [e for task in plan["tasks"] for e in task["data_files"]]
     paths = {e["data-file"]["file-path"] for e in entries}
     outsider = sorted(paths)[0]
     only = paths - {outsider}
     read = BaseFiles(table, snapshot.snapshot_id, only=only)
-    planned = BaseFiles.planned(snapshot.snapshot_id, iter(entries), specs, schema, only=only)
+    planned = BaseFiles.planned(table, snapshot.snapshot_id, iter(entries), only=only)
 
     claims = [
         RemovedClaim.of_json(e["data-file"]) for e in entries if e["data-file"]["file-path"] != outsider
@@ -262,6 +261,11 @@ def test_a_plan_made_in_this_process_proves_what_the_base_manifests_prove(
         stripped = {with_deletes.file_path: dict(applied[with_deletes.file_path], **{"delete-files": {}})}
         with pytest.raises(DataFileCodecError, match="are not those that apply"):
             planned.check_removed([with_deletes], stripped)
+    # A base the table no longer has (expired meanwhile) proves nothing, whatever the plan read there.
+    with pytest.raises(DataFileCodecError, match="is not a snapshot of the table"):
+        BaseFiles.planned(table, snapshot.snapshot_id + 1, iter(entries), only=only).check_removed(
+            claims, applied
+        )
     shifted = {claims[0].file_path: dict(applied[claims[0].file_path])}
     shifted[claims[0].file_path]["data-sequence-number"] += 1
     with pytest.raises(DataFileCodecError, match="data sequence number"):

@@ -111,7 +111,7 @@ def commit_compaction(
             BaseFiles(table, base_snapshot_id, only=removed)
             if planned_entries is None
             else BaseFiles.planned(
-                base_snapshot_id, (e for task in planned_entries for e in task), specs, schema, only=removed
+                table, base_snapshot_id, (e for task in planned_entries for e in task), only=removed
             )
         )
         _verify_batch(table, base_files, pending, specs, schema)
