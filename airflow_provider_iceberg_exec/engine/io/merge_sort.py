@@ -782,8 +782,9 @@ def _sort_images(column: pa.Array) -> list[pa.Array]:
       z-order's key is one).
 
     >>> import pyarrow as pa
+    >>> import pyarrow.compute as pc
     >>> values = pa.array([1.5, float("nan"), None, -float("inf"), -0.0, 0.0])
-    >>> pa.compute.sort_indices(_sort_images(values)[0]).to_pylist()
+    >>> pc.sort_indices(_sort_images(values)[0]).to_pylist()
     [3, 4, 5, 0, 1, 2]
     """
     import numpy as np
