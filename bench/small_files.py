@@ -14,7 +14,8 @@ Run by hand, never as a test::
    PyIceberg fast appends of DataFile objects built from the files' footers. The build is timed on its
    own and counts in no figure.
 2. Runs every case in its own child, from the same pristine metadata (the new files under the run's
-   directory, as bench/compaction.py does), peak RSS of the whole child from ``wait4``:
+   directory, as bench/compaction.py does), every file of the pristine table read once before each case
+   (the same warm page cache for all), peak RSS of the whole child from ``wait4``:
 
    - ``plan``: ``plan_compaction`` and the plan document written as JSON, what ``iceberg-exec plan``
      does (the document's size is reported);
@@ -245,6 +246,15 @@ def _size_dir(out: str, files: int, codec: str) -> str:
     )
 
 
+def _warm(root: str) -> None:
+    """Read every file of the pristine table once, so each case starts with the same (warm) page cache,
+    as bench/compaction.py does: the first case ran on files the run before had pushed out of it."""
+    for path in _walk(root):
+        with open(path, "rb") as f:
+            while f.read(16 * MiB):
+                pass
+
+
 def _walk(root: str) -> Iterator[str]:
     for directory, _dirs, names in os.walk(root):
         for name in names:
@@ -391,6 +401,7 @@ def run_case(
 ) -> dict[str, Any]:
     run_dir = os.path.join(out, "runs", f"{stamp}-{case}")
     os.makedirs(run_dir)
+    _warm(os.path.join(out, "pristine"))
     load_before = os.getloadavg()
     argv = [case, "--run-dir", run_dir, "--spark-driver-memory", args.spark_driver_memory]
     measured = run_child(argv, out, os.path.join(run_dir, "result.json"))
