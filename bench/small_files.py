@@ -246,15 +246,6 @@ def _size_dir(out: str, files: int, codec: str) -> str:
     )
 
 
-def _warm(root: str) -> None:
-    """Read every file of the pristine table once, so each case starts with the same (warm) page cache,
-    as bench/compaction.py does: the first case ran on files the run before had pushed out of it."""
-    for path in _walk(root):
-        with open(path, "rb") as f:
-            while f.read(16 * MiB):
-                pass
-
-
 def _walk(root: str) -> Iterator[str]:
     for directory, _dirs, names in os.walk(root):
         for name in names:
@@ -401,7 +392,9 @@ def run_case(
 ) -> dict[str, Any]:
     run_dir = os.path.join(out, "runs", f"{stamp}-{case}")
     os.makedirs(run_dir)
-    _warm(os.path.join(out, "pristine"))
+    # Every file of the pristine table read once: each case starts with the same (warm) page cache, as
+    # bench/compaction.py's do (the first case ran on files the run before had pushed out of it).
+    CB.read_through(_walk(os.path.join(out, "pristine")))
     load_before = os.getloadavg()
     argv = [case, "--run-dir", run_dir, "--spark-driver-memory", args.spark_driver_memory]
     measured = run_child(argv, out, os.path.join(run_dir, "result.json"))
