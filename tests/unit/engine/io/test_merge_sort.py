@@ -610,13 +610,14 @@ def _mixed_keys(count: int, seed: int) -> pa.Table:
     )
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_the_numpy_sort_orders_rows_as_pyarrow_and_datafusion_do(seed: int, monkeypatch) -> None:
+@pytest.mark.parametrize(("seed", "count"), [*((seed, 5000) for seed in range(6)), (6, 30_000), (7, 30_000)])
+def test_the_numpy_sort_orders_rows_as_pyarrow_and_datafusion_do(seed: int, count: int, monkeypatch) -> None:
     """Orders of two to four keys drawn from every integer, floating-point, decimal and temporal type,
     ascending or descending, nulls first or last, over rows with many ties: the NumPy sort's keys come
-    out as PyArrow's stable sort's and as DataFusion's, and splitters after the rows equal to them."""
+    out as PyArrow's stable sort's and as DataFusion's, and splitters after the rows equal to them. At
+    30,000 rows the groups of ties are sorted by radix too (:func:`.merge_sort._radix_order`)."""
     rng = np.random.default_rng(100 + seed)
-    table = _mixed_keys(5000, seed)
+    table = _mixed_keys(count, seed)
     names = [name for name in table.column_names if name != "id"]
     order: list[SortColumn] = [
         (str(name), bool(rng.integers(2)), bool(rng.integers(2)))
@@ -671,6 +672,48 @@ def _key_rows(table: pa.Table) -> list[tuple]:
         else:
             columns.append(column.to_pylist())
     return list(zip(*columns, strict=True))
+
+
+_INTEGER_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+@pytest.mark.parametrize("dtype", _INTEGER_TYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("spread", ["full", "narrow", "one-value"])
+@pytest.mark.parametrize("nulls", ["none", "some", "all"])
+@pytest.mark.parametrize("nulls_first", [False, True], ids=["nulls-last", "nulls-first"])
+def test_the_radix_sort_is_a_stable_sort(dtype, spread: str, nulls: str, nulls_first: bool) -> None:
+    """Every integer width, signed or not, over its whole range, a narrow one straddling zero (one or two
+    16-bit digits) and one value, with nulls first or last: the radix order is the stable sort's, rows
+    equal on their value (and every null) in their input order; a 64-bit whole range with nulls leaves no
+    slot for them (None, and the caller sorts otherwise)."""
+    rng = np.random.default_rng(11)
+    info = np.iinfo(dtype)
+    count = 9000
+    if spread == "full":
+        values = rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+        values[:2] = [info.min, info.max]
+    elif spread == "narrow":
+        low = max(int(info.min), -70_000)
+        values = rng.integers(low, min(int(info.max), low + 140_000), count).astype(dtype)
+    else:
+        values = np.full(count, info.max // 3, dtype=dtype)
+    missing = {"none": None, "some": rng.random(count) < 0.2, "all": np.ones(count, np.bool_)}[nulls]
+    if missing is not None and nulls == "some":
+        missing[:2] = False  # the extremes stay values
+
+    order = merge_sort._radix_order(values, missing, nulls_first)
+
+    if nulls == "some" and spread == "full" and np.dtype(dtype).itemsize == 8:
+        assert order is None
+        return
+    null_rank = np.ones(count, np.int8) if missing is None else np.where(missing, 0 if nulls_first else 2, 1)
+    # stable: ties (equal values, every null) by input position
+    sort_values = np.where(missing, 0, values) if missing is not None else values
+    expected = sorted(
+        range(count), key=lambda i: (null_rank[i], int(sort_values[i]) if null_rank[i] == 1 else 0, i)
+    )
+    assert order is not None
+    assert order.tolist() == expected
 
 
 def test_more_tied_groups_than_a_radix_sort_numbers_are_sorted_too() -> None:
