@@ -716,6 +716,37 @@ def test_the_radix_sort_is_a_stable_sort(dtype, spread: str, nulls: str, nulls_f
     assert order.tolist() == expected
 
 
+@pytest.mark.parametrize("count", [500, 9000], ids=["argsort", "radix"])
+@pytest.mark.parametrize("top", ["few-values", "whole-range"])
+@pytest.mark.parametrize("nulls_first", [None, False, True], ids=["no-nulls", "nulls-last", "nulls-first"])
+def test_a_key_of_limbs_sorts_as_its_limbs_compare(count: int, top: str, nulls_first: bool | None) -> None:
+    """A key of two images (a decimal's limbs: a signed top, an unsigned bottom), its top of few values
+    (a z-order's) or over its whole range, with or without nulls: sorted from the bottom limb, the rows
+    come out as the limbs compare, top first, nulls first or last."""
+    rng = np.random.default_rng(21)
+    if top == "few-values":
+        high = rng.integers(-20, 20, count).astype(np.int64)
+    else:
+        high = rng.integers(-(2**63), 2**63 - 1, count, dtype=np.int64, endpoint=True)
+    low = rng.integers(0, 2**64 - 1, count, dtype=np.uint64, endpoint=True)
+    low[::7] = low[0]  # ties on both limbs too
+    high[::7] = high[0]
+    nulls = None if nulls_first is None else rng.random(count) < 0.1
+
+    order = merge_sort._key_order((high, low), nulls, bool(nulls_first))
+
+    null_rank = [1] * count if nulls is None else [(0 if nulls_first else 2) if n else 1 for n in nulls]
+    expected = sorted(
+        range(count),
+        key=lambda i: (null_rank[i], (int(high[i]), int(low[i])) if null_rank[i] == 1 else (0, 0)),
+    )
+    assert sorted(order.tolist()) == list(range(count))
+    got = [(null_rank[i], (int(high[i]), int(low[i])) if null_rank[i] == 1 else (0, 0)) for i in order]
+    assert got == [
+        (null_rank[i], (int(high[i]), int(low[i])) if null_rank[i] == 1 else (0, 0)) for i in expected
+    ]
+
+
 def test_more_tied_groups_than_a_radix_sort_numbers_are_sorted_too() -> None:
     """Over 65,536 groups of rows tied on the first key: the stable sort by group is NumPy's own, not the
     16-bit radix sort; the rows come out as PyArrow sorts them."""
