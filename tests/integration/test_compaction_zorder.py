@@ -77,7 +77,7 @@ def test_zorder_compaction_orders_rows_by_interleaved_bits(
 def test_zorder_of_longs_and_timestamps_gets_the_columns_back_from_the_z_values(
     catalog: Catalog, tmp_path: Path, columns: tuple[str, ...], partitioned: bool
 ) -> None:
-    """Longs and timestamps are staged only as their z-value and a null flag: every value and null comes
+    """Longs and timestamps are staged only as their z-value and a null mask: every value and null comes
     back (checksum by PyIceberg's scan), with the extremes of both types, and the rows in z-value order."""
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import IdentityTransform

@@ -347,11 +347,12 @@ class _RestoreCheck:
 @dataclass(frozen=True)
 class _Restored:
     """Columns of a z-order staged only as its z-value (:func:`.zorder.zorder_restorable`) and a null
-    flag each, got back from them after the sort."""
+    mask, got back from them after the sort."""
 
     key: str
     columns: tuple[str, ...]
-    nulls: tuple[str, ...]
+    #: the null mask's column: bit ``c`` of a row's ``uint8`` set when column ``c`` is null there
+    nulls: str
 
 
 def _sort_columns(
@@ -373,11 +374,11 @@ def _sort_columns(
         if isinstance(key, ZOrder):
             name = f"{_HIDDEN_PREFIX}z{j}"
             restore = zorder_restorable(key, schema) and all(c in top_level for c in key.columns)
-            nulls = tuple(f"{name}n{c}" for c in range(len(key.columns))) if restore else ()
-            computed.append(([name, *nulls], _zordered(key, zorder_width(key, schema), with_nulls=restore)))
+            hidden = [name, f"{name}n"] if restore else [name]
+            computed.append((hidden, _zordered(key, zorder_width(key, schema), with_nulls=restore)))
             order.append((name, True, True))
             if restore:
-                restored.append(_Restored(name, key.columns, nulls))
+                restored.append(_Restored(name, key.columns, f"{name}n"))
             continue
         source = schema.find_field(key.source_id)
         if key.transform == "identity" and key.column in top_level and "." not in key.column:
@@ -424,15 +425,16 @@ def _restore(
     arrow: pa.RecordBatch, names: list[str], types: dict[str, pa.DataType], restored: list[_Restored]
 ) -> pa.RecordBatch:
     """The batch's columns ``names``, the z-order columns got back from their z-values."""
+    import numpy as np
     import pyarrow as pa
 
     values: dict[str, pa.Array] = {}
     for r in restored:
         numbers = zorder_columns(arrow.column(r.key), len(r.columns))
-        for column, null_flag, whole in zip(r.columns, r.nulls, numbers, strict=True):
-            flags = arrow.column(null_flag)
-            mask = flags.to_numpy(zero_copy_only=False) if flags.true_count else None
-            array = pa.array(whole, pa.int64(), mask=mask)
+        masks = arrow.column(r.nulls).to_numpy(zero_copy_only=False)
+        for number, (column, whole) in enumerate(zip(r.columns, numbers, strict=True)):
+            nulls = (masks & np.uint8(1 << number)).astype(np.bool_)
+            array = pa.array(whole, pa.int64(), mask=nulls if nulls.any() else None)
             kind = types[column]
             values[column] = array.view(kind) if pa.types.is_timestamp(kind) else array.cast(kind)
     return pa.RecordBatch.from_arrays(
@@ -442,15 +444,34 @@ def _restore(
 
 def _zordered(key: ZOrder, width: int, *, with_nulls: bool) -> Any:
     """The z-values of a batch (:func:`.zorder.zorder_values`), one hidden column, and with
-    ``with_nulls`` every column's null flag after it."""
+    ``with_nulls`` the columns' null mask after it (:func:`_null_mask`)."""
     from airflow_provider_iceberg_exec.engine.io.write import column_of  # write imports this module
 
     def compute(batch: pa.RecordBatch) -> list[pa.Array]:
         columns = [column_of(batch, column) for column in key.columns]
-        flags = [column.is_null() for column in columns] if with_nulls else []
-        return [zorder_values(columns, key, width), *flags]
+        return [zorder_values(columns, key, width), *([_null_mask(columns)] if with_nulls else [])]
 
     return compute
+
+
+def _null_mask(columns: Sequence[pa.Array]) -> pa.Array:
+    """A ``uint8`` a row, bit ``c`` set when ``columns[c]`` is null: one primitive column through the
+    sort instead of a boolean one a column (DataFusion's merge moves a boolean column bit by bit: merging
+    2.5M rows took 0.07-0.14 s more CPU with two of them, 0.0-0.05 s with the mask).
+
+    >>> import pyarrow as pa
+    >>> _null_mask([pa.array([1, None, None]), pa.array([None, 2, None])]).to_pylist()
+    [2, 1, 3]
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    assert len(columns) <= 8, len(columns)  # a restorable z-order has at most two
+    mask = np.zeros(len(columns[0]), dtype=np.uint8)
+    for number, column in enumerate(columns):
+        if column.null_count:
+            mask |= column.is_null().to_numpy(zero_copy_only=False).astype(np.uint8) << np.uint8(number)
+    return pa.array(mask, pa.uint8())
 
 
 def _keyed(column: str | None, fn: Any) -> Any:
