@@ -456,8 +456,8 @@ def _zordered(key: ZOrder, width: int, *, with_nulls: bool) -> Any:
 
 def _null_mask(columns: Sequence[pa.Array]) -> pa.Array:
     """A ``uint8`` a row, bit ``c`` set when ``columns[c]`` is null: one primitive column through the
-    sort instead of a boolean one a column (DataFusion's merge moves a boolean column bit by bit: merging
-    2.5M rows took 0.07-0.14 s more CPU with two of them, 0.0-0.05 s with the mask).
+    sort instead of a boolean one a column (DataFusion's merge of 2.5M rows took 0.07-0.14 s more CPU
+    with two boolean columns, 0.0-0.05 s with the mask).
 
     >>> import pyarrow as pa
     >>> _null_mask([pa.array([1, None, None]), pa.array([None, 2, None])]).to_pylist()
