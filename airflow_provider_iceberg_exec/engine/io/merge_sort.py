@@ -783,8 +783,8 @@ def _radix_order(
     """The stable order that sorts whole-number ``values`` (nulls first or last), by a radix sort of their
     distance from the smallest, 16 bits a pass from the lowest: NumPy's stable sort of 16-bit numbers is a
     counting sort. A run's ``user_id`` (250,000 values within a million) sorted in 2.5 ms against NumPy's
-    argsort's 14.6; a full 64-bit range in 12.6 ms against 14.5. None when the values and a slot for the
-    nulls do not fit in 64 bits (every 64-bit value and a null).
+    argsort's 14.6; a whole 64-bit range about as fast as the argsort (four passes). None when the values
+    and a slot for the nulls do not fit in 64 bits (every 64-bit value and a null).
 
     >>> import numpy as np
     >>> values = np.array([5, -3, 70000, -3, 0], dtype=np.int32)

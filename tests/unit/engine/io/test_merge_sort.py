@@ -748,8 +748,8 @@ def test_a_key_of_limbs_sorts_as_its_limbs_compare(count: int, top: str, nulls_f
 
 
 def test_more_tied_groups_than_a_radix_sort_numbers_are_sorted_too() -> None:
-    """Over 65,536 groups of rows tied on the first key: the stable sort by group is NumPy's own, not the
-    16-bit radix sort; the rows come out as PyArrow sorts them."""
+    """Over 65,536 groups of rows tied on the first key: the stable sort by group takes two 16-bit radix
+    passes; the rows come out as PyArrow sorts them."""
     rng = np.random.default_rng(8)
     first = np.repeat(np.arange(70_000), 2)
     table = pa.table(
