@@ -721,7 +721,7 @@ def _refined(keys: Sequence[_Key], rows: int) -> npt.NDArray[np.int64]:
 def _key_order(
     images: tuple[npt.NDArray[Any], ...], nulls: npt.NDArray[np.bool_] | None, nulls_first: bool
 ) -> Any:
-    """The order that sorts the rows by ``images`` (the most significant first), nulls first or last.
+    """The stable order that sorts the rows by ``images`` (the most significant first), nulls first or last.
 
     Several images (a decimal's limbs) are sorted by from the least significant, each sort stable: a
     z-order's 128-bit key, whose top limb has few distinct values in a run (15,000 of 250,000), sorted
@@ -733,27 +733,14 @@ def _key_order(
     >>> _key_order((np.array([1, 0, 1, 0]), np.array([5, 9, 2, 9])), None, False).tolist()
     [1, 3, 2, 0]
     """
-    import numpy as np
-
-    if len(images) > 1:
-        order: npt.NDArray[np.int64] | None = None
-        for image in images[:0:-1]:
-            step = _stable_order(image if order is None else image[order], None, False)
-            order = step if order is None else order[step]
-        assert order is not None
-        top_nulls = None if nulls is None else nulls[order]
-        return order[_stable_order(images[0][order], top_nulls, nulls_first)]
-    values = images[0]
-    if len(values) >= _RADIX_MIN_ROWS:
-        radix = _radix_order(values, nulls, nulls_first)
-        if radix is not None:
-            return radix
-    if nulls is None:
-        return np.argsort(values)
-    valid = np.flatnonzero(~nulls)
-    missing = np.flatnonzero(nulls)
-    present = valid[np.argsort(values[valid])]
-    return np.concatenate([missing, present] if nulls_first else [present, missing])
+    order: npt.NDArray[np.int64] | None = None
+    for image in images[:0:-1]:
+        step = _stable_order(image if order is None else image[order], None, False)
+        order = step if order is None else order[step]
+    top = images[0] if order is None else images[0][order]
+    top_nulls = nulls if order is None or nulls is None else nulls[order]
+    step = _stable_order(top, top_nulls, nulls_first)
+    return step if order is None else order[step]
 
 
 def _stable_order(
@@ -829,14 +816,7 @@ def _radix_order(
 def _grouped(within: npt.NDArray[np.int64], groups: npt.NDArray[np.int64]) -> Any:
     """``within`` (an order of the rows) made to keep the rows' ``groups`` (ascending) first: a stable sort
     by group (by radix from :data:`_RADIX_MIN_ROWS` rows)."""
-    import numpy as np
-
-    ordered = groups[within]
-    if len(ordered) >= _RADIX_MIN_ROWS:
-        order = _radix_order(ordered, None, False)
-        assert order is not None  # no nulls: every width fits
-        return within[order]
-    return within[np.argsort(ordered, kind="stable")]
+    return within[_stable_order(groups[within], None, False)]
 
 
 def _integer_dtype(kind: pa.DataType) -> np.dtype[Any] | None:
