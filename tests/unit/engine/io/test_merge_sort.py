@@ -396,6 +396,32 @@ def test_all_equal_keys_come_out_in_one_lane(tmp_path: Path) -> None:
     assert sorted(pa.Table.from_batches(lanes[0]).column("id").to_pylist()) == list(range(4000))
 
 
+@pytest.mark.parametrize("common", [0, 1500])
+def test_a_key_too_common_for_memory_is_merged_by_datafusion(tmp_path: Path, common: int) -> None:
+    """A range is merged in memory a few fine key ranges at a time, each group within a run's bytes; a
+    key on more rows than that leaves its range to DataFusion. Either way every row comes out once, in
+    order, and the run files are read to their ends."""
+    rng = np.random.default_rng(4)
+    keys = np.concatenate([rng.integers(-50_000, 50_000, 6000), np.full(common, 7)])
+    table = pa.table({"k": pa.array(rng.permutation(keys), pa.int64()), "id": pa.array(np.arange(len(keys)))})
+    stats = SortStats()
+    with sorted_lanes(
+        _batches(table),
+        [("k", False, True)],
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
+        str(tmp_path),
+        prepare=pa.Table.from_batches,
+        finish=lambda rows: rows,
+        plan=MergePlan(run_bytes=8 << 10, fan_in=64),
+        stats=stats,
+    ) as streams:
+        out = pa.Table.from_batches([b for stream in streams for b in stream], schema=table.schema)
+    assert out.column("k").to_pylist() == sorted(keys.tolist(), reverse=True)
+    assert sorted(out.column("id").to_pylist()) == list(range(len(keys)))
+    assert stats.runs > 8
+    assert (stats.ranges_in_memory, stats.ranges_by_datafusion) == ((0, 1) if common else (1, 0))
+
+
 def test_one_run_and_no_rows_need_no_lanes(tmp_path: Path) -> None:
     """Rows that fit one run are sorted in memory and come out as one lane; no rows, no lane."""
     table = _rows(500)
@@ -464,8 +490,9 @@ def test_float_decimal_and_string_keys_split_into_lanes_in_order(tmp_path: Path,
 def test_stats_count_the_runs_and_the_passes_that_merge_again(
     tmp_path: Path, fan_in: int, passes: bool
 ) -> None:
-    """Runs over the fan-in are merged again before the last merge, just enough of them: the stats say how
-    many passes and bytes; within the fan-in there are none."""
+    """Runs over the fan-in are merged again before the last merge (by DataFusion), just enough of them: the
+    stats say how many passes and bytes; within the fan-in there are none, and the range is merged in
+    memory."""
     from airflow_provider_iceberg_exec.engine.io.merge_sort import SortStats
 
     table = _rows(5000)
@@ -487,6 +514,7 @@ def test_stats_count_the_runs_and_the_passes_that_merge_again(
     assert stats.spilled_bytes > 0
     assert (stats.merge_passes > 0) == passes
     assert (stats.remerged_bytes > 0) == passes
+    assert (stats.ranges_in_memory, stats.ranges_by_datafusion) == ((0, 1) if passes else (1, 0))
     if passes:  # just enough runs merged again each time, not all of them
         assert stats.remerged_bytes < stats.spilled_bytes * stats.merge_passes
 
@@ -610,12 +638,18 @@ def _mixed_keys(count: int, seed: int) -> pa.Table:
     )
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "in-turn"])
 @pytest.mark.parametrize(("seed", "count"), [*((seed, 5000) for seed in range(6)), (6, 30_000), (7, 30_000)])
-def test_the_numpy_sort_orders_rows_as_pyarrow_and_datafusion_do(seed: int, count: int, monkeypatch) -> None:
+def test_the_numpy_sort_orders_rows_as_pyarrow_and_datafusion_do(
+    seed: int, count: int, packed: bool, monkeypatch
+) -> None:
     """Orders of two to four keys drawn from every integer, floating-point, decimal and temporal type,
     ascending or descending, nulls first or last, over rows with many ties: the NumPy sort's keys come
-    out as PyArrow's stable sort's and as DataFusion's, and splitters after the rows equal to them. At
-    30,000 rows the groups of ties are sorted by radix too (:func:`.merge_sort._radix_order`)."""
+    out as PyArrow's stable sort's and as DataFusion's, and splitters after the rows equal to them, with
+    the keys packed into one number where they fit or sorted by in turn. At 30,000 rows the groups of ties
+    are sorted by radix too (:func:`.merge_sort._radix_order`)."""
+    if not packed:
+        monkeypatch.setattr(merge_sort, "_packed", lambda *args: None)
     rng = np.random.default_rng(100 + seed)
     table = _mixed_keys(count, seed)
     names = [name for name in table.column_names if name != "id"]
@@ -747,9 +781,10 @@ def test_a_key_of_limbs_sorts_as_its_limbs_compare(count: int, top: str, nulls_f
     ]
 
 
-def test_more_tied_groups_than_a_radix_sort_numbers_are_sorted_too() -> None:
-    """Over 65,536 groups of rows tied on the first key: the stable sort by group takes two 16-bit radix
-    passes; the rows come out as PyArrow sorts them."""
+def test_more_tied_groups_than_a_radix_sort_numbers_are_sorted_too(monkeypatch) -> None:
+    """Over 65,536 groups of rows tied on the first key, sorted by the keys in turn: the stable sort by
+    group takes two 16-bit radix passes; the rows come out as PyArrow sorts them."""
+    monkeypatch.setattr(merge_sort, "_packed", lambda *args: None)
     rng = np.random.default_rng(8)
     first = np.repeat(np.arange(70_000), 2)
     table = pa.table(
@@ -769,3 +804,42 @@ def test_ranges_of_about_equal_bytes_are_dealt_evenly() -> None:
         sizes = (1000 * (1 + rng.uniform(-0.02, 0.02, 8))).astype(int).tolist()
         assert [len(group) for group in merge_sort._even_groups(sizes, 2)] == [4, 4], sizes
         assert [len(group) for group in merge_sort._even_groups(sizes, 4)] == [2, 2, 2, 2], sizes
+
+
+def _python_key(keys: list[merge_sort._Key], row: int) -> tuple:
+    """Row ``row``'s sort key by Python's own comparison: per key its null rank, then its images."""
+    key: list[object] = []
+    for k in keys:
+        null = k.nulls is not None and bool(k.nulls[row])
+        key.append((0 if null else 1) if k.nulls_first else (1 if null else 0))
+        key.extend(0 if null else int(image[row]) for image in k.images)
+    return tuple(key)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_packed_keys_sort_as_the_keys_in_turn(seed: int) -> None:
+    """One to three keys of every integer width, signed or not, their values a few bits wide anywhere in
+    the type's range (at its ends too), with nulls first or last or none, some of two images (a decimal's
+    limbs): the order of the packed number is Python's sort of the keys, and the keys sorted in turn."""
+    rng = np.random.default_rng(300 + seed)
+    rows = 6000
+    keys = []
+    for _ in range(int(rng.integers(1, 4))):
+        images = []
+        for _limb in range(int(rng.integers(1, 3))):
+            dtype = np.dtype(rng.choice(_INTEGER_TYPES))
+            info = np.iinfo(dtype)
+            spread = 1 << int(rng.integers(0, min(12, dtype.itemsize * 8 - 1)))
+            low = int(rng.choice([info.min, info.max - spread + 1, 0, -spread // 2]))
+            low = max(int(info.min), min(low, int(info.max) - spread + 1))
+            offsets = rng.integers(0, spread, rows).tolist()
+            images.append(np.array([low + offset for offset in offsets], dtype))
+        nulls = None if rng.integers(3) == 0 else rng.random(rows) < 0.1
+        keys.append(merge_sort._Key(tuple(images), nulls, bool(rng.integers(2))))
+    packed = merge_sort._packed(keys, rows)
+    assert packed is not None  # a few bits a key, on 6,000 rows: most rows tie on the first
+    order = merge_sort._stable_order(packed, None, False)
+    expected = sorted(range(rows), key=lambda row: _python_key(keys, row))
+    assert [_python_key(keys, row) for row in order] == [_python_key(keys, row) for row in expected]
+    in_turn = merge_sort._refined(keys, rows)
+    assert [_python_key(keys, row) for row in in_turn] == [_python_key(keys, row) for row in expected]
