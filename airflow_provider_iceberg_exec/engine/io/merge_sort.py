@@ -9,11 +9,12 @@ small enough to be sorted in the CPU's caches. Every run is cut as it is spilled
 splitters taken from the first run (:data:`_FINE_PER_RANGE` to a key range), so a key range is merged by
 sorting in memory the rows of a few consecutive fine ranges of every run at a time, about a run's bytes
 (:func:`_merged_in_memory`): its rows sort before or with every row of the next group in every run.
-Where that cannot hold (a key on more rows than a run's bytes, more runs than the fan-in, a range cut
-again), DataFusion merges the range's runs: a SortPreservingMerge over scans declared sorted, so it
-neither sorts nor spills itself, and each input holds one batch of its run at a time. At most
-:attr:`MergePlan.fan_in` runs are merged at once; with more, just enough of the smallest are first
-merged into one longer run to leave that many. Rows that fit one run never touch the disk.
+DataFusion merges a range's runs where that cannot hold (a key on more rows than a run's bytes, a range
+cut again): a SortPreservingMerge over scans declared sorted, so it neither sorts nor spills itself, and
+each input holds one batch of its run at a time. At most :attr:`MergePlan.fan_in` runs are merged at
+once, in memory or by DataFusion; with more, just enough of the smallest are first merged by DataFusion
+into one longer run (its fine key ranges its inputs' together) to leave that many. Rows that fit one run
+never touch the disk.
 
 :func:`sorted_lanes` hands the sorted rows out as several streams of disjoint key ranges, each merged
 and finished on its own, for a writer each: every run is cut as it is spilled at splitters taken from
@@ -506,18 +507,17 @@ def _lane_rows(
     """The rows of a lane's key ranges, one merge after another: in memory, a few fine key ranges at a time,
     where they are small enough (:func:`_fine_groups`), by DataFusion otherwise. Each range's run files are
     removed as soon as its merge is done."""
-    for pieces in ranges:
-        groups = _fine_groups(pieces, plan.fan_in, plan.run_bytes)
+    for range_pieces in ranges:
+        pieces = _reduced(
+            list(range_pieces), order, limits, spill_dir, directory, plan.fan_in, sorter.row_bytes, stats
+        )
+        paths = [piece.path for piece in pieces]
+        groups = _fine_groups(pieces, plan.run_bytes)
         stats.add_range(in_memory=groups is not None)
         if groups is not None:
-            paths = [piece.path for piece in pieces]
             yield from _merged_in_memory(pieces, groups, order, limits, sorter.row_bytes)
-        else:
-            paths = _reduced(
-                list(pieces), order, limits, spill_dir, directory, plan.fan_in, sorter.row_bytes, stats
-            )
-            if paths:
-                yield from _merged(paths, order, limits, spill_dir, sorter.row_bytes)
+        elif paths:
+            yield from _merged(paths, order, limits, spill_dir, sorter.row_bytes)
         # Their page-cache pages go back now, for the output written next, not at the sort's end: on a
         # virtual machine that hands free memory back to its host, writing into fresh pages cost 10-20x
         # as much per byte as into pages just freed (docs/benchmarks.md).
@@ -525,20 +525,18 @@ def _lane_rows(
             os.remove(path)
 
 
-def _fine_groups(pieces: Sequence[_Piece], fan_in: int, budget: int) -> list[tuple[int, int]] | None:
+def _fine_groups(pieces: Sequence[_Piece], budget: int) -> list[tuple[int, int]] | None:
     """The fine key ranges of one key range's ``pieces`` in consecutive groups of at most ``budget`` bytes
-    (of every piece together, at the pieces' bytes a row), as ``(first, stop)``; None when a piece was cut
-    again (it has no fine ranges), when there are more pieces than ``fan_in`` (every one is open while the
-    range is merged), or when one fine range alone holds more (a key as common as that).
+    (of every piece together, at the pieces' bytes a row), as ``(first, stop)``; None when there are no
+    pieces, a piece was cut again (it has no fine ranges) or one fine range alone holds more (a key as
+    common as that).
 
     >>> pieces = [_Piece(0, 0, "a", 60, (0, 2, 5, 6)), _Piece(1, 0, "b", 40, (0, 1, 1, 4))]
-    >>> _fine_groups(pieces, 4, 60), _fine_groups(pieces, 4, 40), _fine_groups(pieces, 4, 30)
+    >>> _fine_groups(pieces, 60), _fine_groups(pieces, 40), _fine_groups(pieces, 30)
     ([(0, 2), (2, 3)], [(0, 1), (1, 2), (2, 3)], None)
-    >>> _fine_groups(pieces, 1, 60) is None
-    True
     """
     fines = [piece.fine for piece in pieces]
-    if len(pieces) > fan_in or None in fines:
+    if not fines or None in fines:
         return None
     total_rows = sum(fine[-1] for fine in fines if fine)
     budget_rows = budget * total_rows // max(1, sum(piece.size for piece in pieces))
@@ -1196,23 +1194,22 @@ def _reduced(
     fan_in: int,
     row_bytes: int,
     stats: SortStats,
-) -> list[str]:
-    """The paths of ``pieces`` (one key range's, in run order) after as few bytes as possible are merged
-    again to leave at most ``fan_in``: the smallest are merged into one, just enough of them each time."""
+) -> list[_Piece]:
+    """``pieces`` (one key range's, in run order) after as few bytes as possible are merged again to leave
+    at most ``fan_in``: the smallest are merged into one, just enough of them each time. A merged piece's
+    fine key ranges are its inputs' together (every input's rows of a fine range sort before the next's)."""
     import pyarrow as pa
 
-    paths = [piece.path for piece in pieces]
-    sizes = {piece.path: piece.size for piece in pieces}
     number = 0
-    while len(paths) > fan_in:
-        count = min(fan_in, len(paths) - fan_in + 1)
-        group = set(sorted(paths, key=lambda p: sizes[p])[:count])
-        merging = [p for p in paths if p in group]
+    while len(pieces) > fan_in:
+        count = min(fan_in, len(pieces) - fan_in + 1)
+        group = {piece.path for piece in sorted(pieces, key=lambda p: p.size)[:count]}
+        merging = [piece for piece in pieces if piece.path in group]
         path = os.path.join(directory, f"pass-{pieces[0].range:04d}-{number:04d}.arrow")
         number += 1
         writer = None
         try:
-            merged_rows = _merged(merging, order, limits, spill_dir, row_bytes)
+            merged_rows = _merged([piece.path for piece in merging], order, limits, spill_dir, row_bytes)
             rows = read_ahead(merged_rows, depth=4, max_bytes=16 << 20)
             with closing(rows):
                 for batch in rows:
@@ -1224,13 +1221,19 @@ def _reduced(
         finally:
             if writer is not None:
                 writer.close()
-        stats.add_pass(sum(sizes[p] for p in merging))
+        stats.add_pass(sum(piece.size for piece in merging))
         for done in merging:
-            os.remove(done)
+            os.remove(done.path)
         if writer is None:  # nothing came out: the inputs were empty
-            paths = [p for p in paths if p not in group]
+            pieces = [piece for piece in pieces if piece.path not in group]
             continue
-        sizes[path] = os.path.getsize(path)
+        fines = [piece.fine for piece in merging if piece.fine is not None]
+        fine = tuple(map(sum, zip(*fines, strict=True))) if len(fines) == len(merging) else None
+        merged = _Piece(merging[0].run, merging[0].range, path, os.path.getsize(path), fine)
         # where its first input stood: ties between runs keep no particular order anyway
-        paths = [path if p == merging[0] else p for p in paths if p not in group or p == merging[0]]
-    return paths
+        pieces = [
+            merged if piece is merging[0] else piece
+            for piece in pieces
+            if piece.path not in group or piece is merging[0]
+        ]
+    return pieces

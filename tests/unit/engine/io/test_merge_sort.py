@@ -396,11 +396,14 @@ def test_all_equal_keys_come_out_in_one_lane(tmp_path: Path) -> None:
     assert sorted(pa.Table.from_batches(lanes[0]).column("id").to_pylist()) == list(range(4000))
 
 
+@pytest.mark.parametrize("fan_in", [64, 4])
 @pytest.mark.parametrize("common", [0, 1500])
-def test_a_key_too_common_for_memory_is_merged_by_datafusion(tmp_path: Path, common: int) -> None:
+def test_a_key_too_common_for_memory_is_merged_by_datafusion(
+    tmp_path: Path, common: int, fan_in: int
+) -> None:
     """A range is merged in memory a few fine key ranges at a time, each group within a run's bytes; a
-    key on more rows than that leaves its range to DataFusion. Either way every row comes out once, in
-    order, and the run files are read to their ends."""
+    key on more rows than that leaves its range to DataFusion, after the passes over the fan-in as before.
+    Either way every row comes out once, in order."""
     rng = np.random.default_rng(4)
     keys = np.concatenate([rng.integers(-50_000, 50_000, 6000), np.full(common, 7)])
     table = pa.table({"k": pa.array(rng.permutation(keys), pa.int64()), "id": pa.array(np.arange(len(keys)))})
@@ -412,13 +415,14 @@ def test_a_key_too_common_for_memory_is_merged_by_datafusion(tmp_path: Path, com
         str(tmp_path),
         prepare=pa.Table.from_batches,
         finish=lambda rows: rows,
-        plan=MergePlan(run_bytes=8 << 10, fan_in=64),
+        plan=MergePlan(run_bytes=8 << 10, fan_in=fan_in),
         stats=stats,
     ) as streams:
         out = pa.Table.from_batches([b for stream in streams for b in stream], schema=table.schema)
     assert out.column("k").to_pylist() == sorted(keys.tolist(), reverse=True)
     assert sorted(out.column("id").to_pylist()) == list(range(len(keys)))
     assert stats.runs > 8
+    assert (stats.merge_passes > 0) == (fan_in < stats.runs)
     assert (stats.ranges_in_memory, stats.ranges_by_datafusion) == ((0, 1) if common else (1, 0))
 
 
@@ -490,9 +494,9 @@ def test_float_decimal_and_string_keys_split_into_lanes_in_order(tmp_path: Path,
 def test_stats_count_the_runs_and_the_passes_that_merge_again(
     tmp_path: Path, fan_in: int, passes: bool
 ) -> None:
-    """Runs over the fan-in are merged again before the last merge (by DataFusion), just enough of them: the
-    stats say how many passes and bytes; within the fan-in there are none, and the range is merged in
-    memory."""
+    """Runs over the fan-in are merged again (by DataFusion) before the last merge, just enough of them, and
+    keep their fine key ranges: the stats say how many passes and bytes; within the fan-in there are none.
+    Either way the last merge is in memory."""
     from airflow_provider_iceberg_exec.engine.io.merge_sort import SortStats
 
     table = _rows(5000)
@@ -514,7 +518,7 @@ def test_stats_count_the_runs_and_the_passes_that_merge_again(
     assert stats.spilled_bytes > 0
     assert (stats.merge_passes > 0) == passes
     assert (stats.remerged_bytes > 0) == passes
-    assert (stats.ranges_in_memory, stats.ranges_by_datafusion) == ((0, 1) if passes else (1, 0))
+    assert (stats.ranges_in_memory, stats.ranges_by_datafusion) == (1, 0)
     if passes:  # just enough runs merged again each time, not all of them
         assert stats.remerged_bytes < stats.spilled_bytes * stats.merge_passes
 
