@@ -908,6 +908,8 @@ def _refined(keys: Sequence[_Key], rows: int) -> npt.NDArray[np.int64]:
         if number:
             groups = np.cumsum(starts[tied], dtype=np.int64)
             within = _grouped(within, groups)
+        if number == len(keys) - 1:  # the last key: no ties left to find
+            return within if picked is None else _placed(order, tied, picked[within])
         # where the next row differs from the one before it: another group, another key, or null or not
         differs = np.zeros(max(0, len(within) - 1), dtype=np.bool_)
         for image in images:
@@ -927,6 +929,12 @@ def _refined(keys: Sequence[_Key], rows: int) -> npt.NDArray[np.int64]:
         starts[tied[1:]] |= differs
         # a place is tied when it does not start its group or the next place does not start another
         tied = np.flatnonzero(~(starts[:-1] & starts[1:]))
+    return order
+
+
+def _placed(order: npt.NDArray[np.int64], places: npt.NDArray[np.int64], rows: Any) -> npt.NDArray[np.int64]:
+    """``order`` with ``rows`` at ``places``."""
+    order[places] = rows
     return order
 
 
