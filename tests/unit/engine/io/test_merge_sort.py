@@ -401,7 +401,7 @@ def test_all_equal_keys_come_out_in_one_lane(tmp_path: Path) -> None:
 def test_a_key_too_common_for_memory_is_merged_by_datafusion(
     tmp_path: Path, common: int, fan_in: int
 ) -> None:
-    """A range is merged in memory a few fine key ranges at a time, each group within a run's bytes; a
+    """A range is merged in memory a few fine key ranges at a time, each group within half a run's bytes; a
     key on more rows than that leaves its range to DataFusion, after the passes over the fan-in as before.
     Either way every row comes out once, in order."""
     rng = np.random.default_rng(4)
