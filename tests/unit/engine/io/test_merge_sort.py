@@ -494,9 +494,8 @@ def test_float_decimal_and_string_keys_split_into_lanes_in_order(tmp_path: Path,
 def test_stats_count_the_runs_and_the_passes_that_merge_again(
     tmp_path: Path, fan_in: int, passes: bool
 ) -> None:
-    """Runs over the fan-in are merged again (by DataFusion) before the last merge, just enough of them, and
-    keep their fine key ranges: the stats say how many passes and bytes; within the fan-in there are none.
-    Either way the last merge is in memory."""
+    """Runs over the fan-in are merged again (by DataFusion) before the last merge, just enough of them: the
+    stats say how many passes and bytes; within the fan-in there are none."""
     from airflow_provider_iceberg_exec.engine.io.merge_sort import SortStats
 
     table = _rows(5000)
@@ -518,7 +517,7 @@ def test_stats_count_the_runs_and_the_passes_that_merge_again(
     assert stats.spilled_bytes > 0
     assert (stats.merge_passes > 0) == passes
     assert (stats.remerged_bytes > 0) == passes
-    assert (stats.ranges_in_memory, stats.ranges_by_datafusion) == (1, 0)
+    assert stats.ranges_in_memory + stats.ranges_by_datafusion == 1  # one range (which way: the keys')
     if passes:  # just enough runs merged again each time, not all of them
         assert stats.remerged_bytes < stats.spilled_bytes * stats.merge_passes
 
