@@ -230,7 +230,8 @@ def sorted_lanes_for_output(
     on a thread of its own.
 
     An external merge sort (:mod:`.merge_sort`): runs of a sixteenth of the limit sorted in memory and
-    spilled under ``spill_dir`` as sorted files, merged by DataFusion. Transformed keys become hidden
+    spilled under ``spill_dir`` as sorted files cut into fine key ranges, merged in memory a few fine ranges
+    at a time (by DataFusion where a key is too common). Transformed keys become hidden
     columns, and a z-order of longs or timestamps replaces its columns with their z-value (they come back
     from it after the sort); both are computed on the sorting threads, and the restore runs on a thread of
     its own per lane.
