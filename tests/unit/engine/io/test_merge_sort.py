@@ -407,18 +407,7 @@ def test_a_key_too_common_for_memory_is_merged_by_datafusion(
     rng = np.random.default_rng(4)
     keys = np.concatenate([rng.integers(-50_000, 50_000, 6000), np.full(common, 7)])
     table = pa.table({"k": pa.array(rng.permutation(keys), pa.int64()), "id": pa.array(np.arange(len(keys)))})
-    stats = SortStats()
-    with sorted_lanes(
-        _batches(table),
-        [("k", False, True)],
-        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
-        str(tmp_path),
-        prepare=pa.Table.from_batches,
-        finish=lambda rows: rows,
-        plan=MergePlan(run_bytes=8 << 10, fan_in=fan_in),
-        stats=stats,
-    ) as streams:
-        out = pa.Table.from_batches([b for stream in streams for b in stream], schema=table.schema)
+    out, stats = _one_lane_with_stats(table, [("k", False, True)], tmp_path, fan_in)
     assert out.column("k").to_pylist() == sorted(keys.tolist(), reverse=True)
     assert sorted(out.column("id").to_pylist()) == list(range(len(keys)))
     assert stats.runs > 8
@@ -496,21 +485,8 @@ def test_stats_count_the_runs_and_the_passes_that_merge_again(
 ) -> None:
     """Runs over the fan-in are merged again (by DataFusion) before the last merge, just enough of them: the
     stats say how many passes and bytes; within the fan-in there are none."""
-    from airflow_provider_iceberg_exec.engine.io.merge_sort import SortStats
-
     table = _rows(5000)
-    stats = SortStats()
-    with sorted_lanes(
-        _batches(table),
-        ORDER,
-        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
-        str(tmp_path),
-        prepare=pa.Table.from_batches,
-        finish=lambda rows: rows,
-        plan=MergePlan(run_bytes=8 << 10, fan_in=fan_in),
-        stats=stats,
-    ) as streams:
-        out = pa.Table.from_batches([b for stream in streams for b in stream], schema=table.schema)
+    out, stats = _one_lane_with_stats(table, ORDER, tmp_path, fan_in)
     assert _key_words(out) == _key_words(_datafusion_sorted(table))
     assert stats.runs > 8
     assert stats.lanes == 1
@@ -520,6 +496,25 @@ def test_stats_count_the_runs_and_the_passes_that_merge_again(
     assert stats.ranges_in_memory + stats.ranges_by_datafusion == 1  # one range (which way: the keys')
     if passes:  # just enough runs merged again each time, not all of them
         assert stats.remerged_bytes < stats.spilled_bytes * stats.merge_passes
+
+
+def _one_lane_with_stats(
+    table: pa.Table, order: list[SortColumn], spill_dir: Path, fan_in: int
+) -> tuple[pa.Table, SortStats]:
+    """``table`` sorted in one lane, in runs of 8 KiB merged ``fan_in`` at a time, and the sort's stats."""
+    stats = SortStats()
+    with sorted_lanes(
+        _batches(table),
+        order,
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(spill_dir)),
+        str(spill_dir),
+        prepare=pa.Table.from_batches,
+        finish=lambda rows: rows,
+        plan=MergePlan(run_bytes=8 << 10, fan_in=fan_in),
+        stats=stats,
+    ) as streams:
+        out = pa.Table.from_batches([b for stream in streams for b in stream], schema=table.schema)
+    return out, stats
 
 
 def _lanes_with_stats(
