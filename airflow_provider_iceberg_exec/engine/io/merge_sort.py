@@ -9,8 +9,8 @@ small enough to be sorted in the CPU's caches. Every run is cut as it is spilled
 splitters taken from the first run (:data:`_FINE_PER_RANGE` to a key range), so a key range is merged by
 sorting in memory the rows of a few consecutive fine ranges of every run at a time, about half a run's
 bytes (:func:`_merged_in_memory`): its rows sort before or with every row of the next group in every run.
-DataFusion merges a range's runs where that cannot hold (a key on more rows than a group holds, a range
-cut again): a SortPreservingMerge over scans declared sorted, so it neither sorts nor spills itself, and
+DataFusion merges a range's runs where that cannot hold (a key on more rows than a group holds): a
+SortPreservingMerge over scans declared sorted, so it neither sorts nor spills itself, and
 each input holds one batch of its run at a time. At most :attr:`MergePlan.fan_in` runs are merged at
 once, in memory or by DataFusion; with more, just enough of the smallest are first merged by DataFusion
 into one longer run (its fine key ranges its inputs' together) to leave that many. Rows that fit one run
@@ -107,8 +107,8 @@ _RANGES_PER_LANE = 2
 #: cutting again rewrites the range, which cost more than it saved below this (a z-order of the bench's
 #: table, its lanes within 1.5x, re-cut all its 1.6 GB: 19.3 s against 15.9 without, on a quiet machine)
 _LANE_SLACK = 1.5
-#: sample rows per range a range is cut again into, taken from every run's piece of it
-_SAMPLE_PER_RANGE = 64
+#: sample rows per fine key range a range is cut again into, taken from every run's piece of it
+_SAMPLE_PER_FINE_RANGE = 2
 _MAX_RUN_BYTES = 32 << 20
 #: finer key ranges each key range is cut into as the runs are spilled (at splitters from the first run):
 #: a key range is merged by sorting a few consecutive fine ranges' rows of every run at a time in memory
@@ -288,8 +288,8 @@ class _Piece:
     range: int
     path: str
     size: int
-    #: the rows before each fine key range of the piece, and its rows (None: cut again, no fine ranges)
-    fine: tuple[int, ...] | None = None
+    #: the rows before each fine key range of the piece, and its rows
+    fine: tuple[int, ...]
 
 
 class _RunSorter:
@@ -351,16 +351,7 @@ class _RunSorter:
             if number == 0 and not self.splitters.done():
                 self.splitters.set_exception(err)  # the runs waiting for the splitters fail too
             raise
-        pieces = []
-        bounds = [0, *cuts, table.num_rows]
-        for index in range(self.ranges):
-            fine = bounds[index * _FINE_PER_RANGE : (index + 1) * _FINE_PER_RANGE + 1]
-            start, stop = fine[0], fine[-1]
-            if stop > start:
-                name = f"{number:05d}-{index:03d}"
-                path = _write_run(table.slice(start, stop - start), self.directory, name)
-                fine_rows = tuple(bound - start for bound in fine)
-                pieces.append(_Piece(number, index, path, os.path.getsize(path), fine_rows))
+        pieces = _spilled(table, [0, *cuts, table.num_rows], self.directory, number, 0)
         # Freed buffers stay in PyArrow's allocator for the next run (the reader's batches, the next sort):
         # handed back after every run, each run faulted its pages in afresh, zeroed by the kernel (12 % of
         # a 20M-row sort's CPU); they are handed back once, after the last run.
@@ -372,6 +363,24 @@ class _RunSorter:
         if not self.splitters.done():
             self.splitters.set_exception(IcebergExecError("the sort stopped before its first run was sorted"))
         self._pool.shutdown(wait=True)  # a run still being written is finished before its directory goes
+
+
+def _spilled(
+    table: pa.Table, bounds: Sequence[int], directory: str, run: int, first_range: int
+) -> list[_Piece]:
+    """The rows of sorted ``table`` written as one run file per key range (ids from ``first_range`` on),
+    each with its fine key ranges: ``bounds`` are where each fine range starts, and the end
+    (:data:`_FINE_PER_RANGE` fine ranges to a key range)."""
+    pieces = []
+    for index in range((len(bounds) - 1) // _FINE_PER_RANGE):
+        fine = bounds[index * _FINE_PER_RANGE : (index + 1) * _FINE_PER_RANGE + 1]
+        start, stop = fine[0], fine[-1]
+        if stop > start:
+            name = f"{run:05d}-{first_range + index:03d}"
+            path = _write_run(table.slice(start, stop - start), directory, name)
+            fine_rows = tuple(bound - start for bound in fine)
+            pieces.append(_Piece(run, first_range + index, path, os.path.getsize(path), fine_rows))
+    return pieces
 
 
 def _pieces_by_range(pieces: Sequence[_Piece]) -> list[list[_Piece]]:
@@ -415,13 +424,14 @@ def _recut(
     pieces: Sequence[_Piece], order: Sequence[SortColumn], count: int, sorter: _RunSorter
 ) -> list[list[_Piece]]:
     """One key range's pieces (sorted, in run order) cut again into up to ``count`` ranges, in key order,
-    at splitters sampled from all of them (as many sample rows from each as its share of the rows)."""
+    each into its fine key ranges, at splitters sampled from all of them (as many sample rows from each as
+    its share of the rows)."""
     import numpy as np
     import pyarrow as pa
 
     names = [name for name, _asc, _nulls in order]
     rows = [_run_rows(piece.path) for piece in pieces]
-    step = max(1, sum(rows) // (count * _SAMPLE_PER_RANGE))
+    step = max(1, sum(rows) // (count * _FINE_PER_RANGE * _SAMPLE_PER_FINE_RANGE))
     samples = []
     for piece, piece_rows in zip(pieces, rows, strict=True):
         positions = pa.array(
@@ -431,7 +441,7 @@ def _recut(
             samples.append(table.select(names).take(positions).combine_chunks())
     sample = pa.concat_tables(samples).combine_chunks()
     sample = sample.take(_sort_indices([sample], order))
-    splitters = _splitters(sample, order, count)
+    splitters = _splitters(sample, order, count * _FINE_PER_RANGE)
     first = sorter.next_range
     sorter.next_range += count
     parts: list[list[_Piece]] = [[] for _ in range(count)]
@@ -442,11 +452,8 @@ def _recut(
             indices = _sort_indices([table.select(names), splitters], order)
             markers = np.flatnonzero(indices.to_numpy() >= table.num_rows)
             bounds = [0, *(markers - np.arange(len(markers))).tolist(), table.num_rows]
-            for index, (start, stop) in enumerate(itertools.pairwise(bounds)):
-                if stop > start:
-                    name = f"{piece.run:05d}-{first + index:03d}"
-                    path = _write_run(table.slice(start, stop - start), sorter.directory, name)
-                    parts[index].append(_Piece(piece.run, first + index, path, os.path.getsize(path)))
+            for part in _spilled(table, bounds, sorter.directory, piece.run, first):
+                parts[part.range - first].append(part)
         os.remove(piece.path)
     return [part for part in parts if part]
 
@@ -532,17 +539,16 @@ def _lane_rows(
 def _fine_groups(pieces: Sequence[_Piece], budget: int) -> list[tuple[int, int]] | None:
     """The fine key ranges of one key range's ``pieces`` in consecutive groups of at most ``budget`` bytes
     (of every piece together, at the pieces' bytes a row), as ``(first, stop)``; None when there are no
-    pieces, a piece was cut again (it has no fine ranges) or one fine range alone holds more (a key as
-    common as that).
+    pieces or one fine range alone holds more (a key as common as that).
 
     >>> pieces = [_Piece(0, 0, "a", 60, (0, 2, 5, 6)), _Piece(1, 0, "b", 40, (0, 1, 1, 4))]
     >>> _fine_groups(pieces, 60), _fine_groups(pieces, 40), _fine_groups(pieces, 30)
     ([(0, 2), (2, 3)], [(0, 1), (1, 2), (2, 3)], None)
     """
     fines = [piece.fine for piece in pieces]
-    if not fines or None in fines:
+    if not fines:
         return None
-    total_rows = sum(fine[-1] for fine in fines if fine)
+    total_rows = sum(fine[-1] for fine in fines)
     budget_rows = budget * total_rows // max(1, sum(piece.size for piece in pieces))
     groups: list[tuple[int, int]] = []
     first = held = 0
@@ -554,7 +560,7 @@ def _fine_groups(pieces: Sequence[_Piece], budget: int) -> list[tuple[int, int]]
             groups.append((first, index))
             first, held = index, 0
         held += rows
-    return [*groups, (first, len(fines[0] or ()) - 1)]
+    return [*groups, (first, len(fines[0]) - 1)]
 
 
 def _merged_in_memory(
@@ -568,8 +574,8 @@ def _merged_in_memory(
     fine key ranges in memory: every row of a group sorts before (or with) every row of the next in every
     run, the runs having been cut at the same splitters. Each run file is read once, a batch at a time.
 
-    DataFusion's merge of the bench's sort took 235-336 ns a row, 100-150 of them comparing rows; a group
-    of 158,000 rows is read, sorted by radix and taken from in about 230 (docs/benchmarks.md).
+    One key range of the bench's sort (2.53M rows, 81 runs) was merged so in 0.52-0.62 s of CPU, by
+    DataFusion in 0.91-1.24 s (docs/benchmarks.md).
     """
     import pyarrow as pa
 
@@ -579,7 +585,6 @@ def _merged_in_memory(
         for first, stop in groups:
             batches = []
             for piece, cursor in zip(pieces, cursors, strict=True):
-                assert piece.fine is not None
                 batches.extend(cursor.read(piece.fine[stop] - piece.fine[first]))
             if batches:
                 table = _sort_table(pa.Table.from_batches(batches), order)
@@ -1239,8 +1244,7 @@ def _reduced(
         if writer is None:  # nothing came out: the inputs were empty
             pieces = [piece for piece in pieces if piece.path not in group]
             continue
-        fines = [piece.fine for piece in merging if piece.fine is not None]
-        fine = tuple(map(sum, zip(*fines, strict=True))) if len(fines) == len(merging) else None
+        fine = tuple(map(sum, zip(*(piece.fine for piece in merging), strict=True)))
         merged = _Piece(merging[0].run, merging[0].range, path, os.path.getsize(path), fine)
         # where its first input stood: ties between runs keep no particular order anyway
         pieces = [

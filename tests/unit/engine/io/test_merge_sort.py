@@ -546,8 +546,9 @@ def _lanes_with_stats(
 def test_a_first_run_unlike_the_rest_is_cut_again_from_every_run(tmp_path: Path, lanes: int) -> None:
     """Input whose first run holds only the smallest keys (files in the order of a correlated key): the
     first run's splitters would leave one lane with almost every row. The heavy range is cut again at
-    splitters sampled from every run's piece of it: the lanes get about equal rows, their key ranges
-    are disjoint and in order, no row is lost or repeated, nulls stay where the order puts them."""
+    splitters sampled from every run's piece of it, into fine key ranges too: the lanes get about equal
+    rows, every range is merged in memory, their key ranges are disjoint and in order, no row is lost or
+    repeated, nulls stay where the order puts them."""
     rng = np.random.default_rng(4)
     count = 8105  # runs of 900 rows: the last run's 5 rows are a piece too small to give a sample row
     # the whole first run (900 rows) below every other key
@@ -563,6 +564,7 @@ def test_a_first_run_unlike_the_rest_is_cut_again_from_every_run(tmp_path: Path,
     order: list[SortColumn] = [("k", True, False), ("f", False, True)]
     out, stats = _lanes_with_stats(table, order, tmp_path / "spill", lanes)
     assert stats.recut_bytes > 0
+    assert stats.ranges_by_datafusion == 0  # the ranges cut again keep fine key ranges: merged in memory
     assert len(out) == lanes
     sizes = [lane.num_rows for lane in out]
     assert max(sizes) < 1.35 * count / lanes, sizes
