@@ -343,7 +343,7 @@ class _RunSorter:
                 table = _sort_table(prepared, self.order)
                 splitters = _splitters(table, self.order, self.ranges * _FINE_PER_RANGE)
                 self.splitters.set_result(splitters)
-                table, cuts = _sort_table_cut(table, self.order, splitters)
+                cuts = _sorted_cuts(table, self.order, splitters)
             else:
                 table, cuts = _sort_table_cut(prepared, self.order, self.splitters.result())
             del prepared
@@ -426,7 +426,6 @@ def _recut(
     """One key range's pieces (sorted, in run order) cut again into up to ``count`` ranges, in key order,
     each into its fine key ranges, at splitters sampled from all of them (as many sample rows from each as
     its share of the rows)."""
-    import numpy as np
     import pyarrow as pa
 
     names = [name for name, _asc, _nulls in order]
@@ -447,11 +446,7 @@ def _recut(
     parts: list[list[_Piece]] = [[] for _ in range(count)]
     for piece in pieces:
         with _mapped_run(piece.path) as table:
-            # sorted already: a stable sort of its keys with the splitters after them leaves its rows in
-            # place and puts each splitter after the rows that sort before or with it
-            indices = _sort_indices([table.select(names), splitters], order)
-            markers = np.flatnonzero(indices.to_numpy() >= table.num_rows)
-            bounds = [0, *(markers - np.arange(len(markers))).tolist(), table.num_rows]
+            bounds = [0, *_sorted_cuts(table, order, splitters), table.num_rows]
             for part in _spilled(table, bounds, sorter.directory, piece.run, first):
                 parts[part.range - first].append(part)
         os.remove(piece.path)
@@ -721,6 +716,24 @@ def _sort_table_cut(
     return _taken(table, indices.filter(is_row)), cuts
 
 
+def _sorted_cuts(table: pa.Table, order: Sequence[SortColumn], splitters: pa.Table) -> list[int]:
+    """Where sorted ``table``'s rows cross each of ``splitters``, as :func:`_sort_table_cut` cuts them,
+    without taking its rows again: a stable sort of its keys with the splitters after them leaves its rows
+    in place and puts each splitter after the rows that sort before or with it.
+
+    >>> import pyarrow as pa
+    >>> _sorted_cuts(pa.table({"k": [1, 3, 3, 5, None]}), [("k", True, False)], pa.table({"k": [3, 4]}))
+    [3, 3]
+    """
+    import numpy as np
+
+    names = [name for name, _asc, _nulls in order]
+    indices = _sort_indices([table.select(names), splitters], order)
+    markers = np.flatnonzero(indices.to_numpy() >= table.num_rows)
+    cuts: list[int] = (markers - np.arange(len(markers))).tolist()
+    return cuts
+
+
 def _splitters(table: pa.Table, order: Sequence[SortColumn], ranges: int) -> pa.Table:
     """The key columns of the rows of sorted ``table`` that cut it into ``ranges`` of equal rows."""
     rows = table.num_rows
@@ -912,13 +925,16 @@ def _refined(keys: Sequence[_Key], rows: int) -> npt.NDArray[np.int64]:
         picked = order[tied] if number else None  # at first every row, in the input's order
         images = key.images if picked is None else tuple(image[picked] for image in key.images)
         nulls = key.nulls if picked is None or key.nulls is None else key.nulls[picked]
-        within = _key_order(images, nulls, key.nulls_first)
+        within: npt.NDArray[np.int64] = _key_order(images, nulls, key.nulls_first)
         groups = None
         if number:
             groups = np.cumsum(starts[tied], dtype=np.int64)
             within = _grouped(within, groups)
         if number == len(keys) - 1:  # the last key: no ties left to find
-            return within if picked is None else _placed(order, tied, picked[within])
+            if picked is None:
+                return within
+            order[tied] = picked[within]
+            return order
         # where the next row differs from the one before it: another group, another key, or null or not
         differs = np.zeros(max(0, len(within) - 1), dtype=np.bool_)
         for image in images:
@@ -938,12 +954,6 @@ def _refined(keys: Sequence[_Key], rows: int) -> npt.NDArray[np.int64]:
         starts[tied[1:]] |= differs
         # a place is tied when it does not start its group or the next place does not start another
         tied = np.flatnonzero(~(starts[:-1] & starts[1:]))
-    return order
-
-
-def _placed(order: npt.NDArray[np.int64], places: npt.NDArray[np.int64], rows: Any) -> npt.NDArray[np.int64]:
-    """``order`` with ``rows`` at ``places``."""
-    order[places] = rows
     return order
 
 
