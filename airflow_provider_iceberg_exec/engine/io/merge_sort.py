@@ -39,7 +39,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import itertools
 import logging
 import os
 import shutil
@@ -76,6 +75,11 @@ _RUN_COMPRESSION: str | None = None
 _MERGE_INPUT_BYTES = 640 << 10
 _MIN_FAN_IN = 2
 _MAX_FAN_IN = 256
+#: what one input of a merge in memory holds: an open run file and what is left of its last batch (at most
+#: :data:`_MERGE_BATCH_BYTES`), so many more runs are merged at once in memory than by DataFusion
+_MEMORY_INPUT_BYTES = 80 << 10
+#: share of the process's open-file limit the runs merged in memory at once may hold
+_OPEN_FILES_SHARE = 4
 #: runs sorted and written at once, each on its own thread (beside the thread that reads the input)
 _SORTERS = 2
 #: bytes of each batch of a run file: DataFusion's merge of Arrow files held about 30 MiB more per input
@@ -114,6 +118,10 @@ _MAX_RUN_BYTES = 32 << 20
 #: a key range is merged by sorting a few consecutive fine ranges' rows of every run at a time in memory
 #: (:func:`_merged_in_memory`), each group within half a run's bytes
 _FINE_PER_RANGE = 256
+#: fine key ranges a group is expected to hold at least, for the count of fine ranges of a sort told its
+#: rows: with fewer, one fine range of a larger sort is more than a group holds and its range goes to
+#: DataFusion (a 200M-row sort's fine ranges at 256 a range: 13 MiB each, against 8 MiB groups)
+_FINE_PER_GROUP = 2
 #: a group of fine key ranges merged in memory holds at most a run's bytes over this: the bench's key range
 #: of 2.5M rows merged in 0.52-0.62 s of CPU in 8 MiB groups, 0.73-0.95 s in 16 MiB ones, 0.61-0.66 s in
 #: 4 MiB ones; two lanes' groups, their sorted copies and their finished batches held at once
@@ -125,27 +133,44 @@ class MergePlan:
     """How an external sort splits its budget.
 
     :param run_bytes: Arrow bytes of input sorted in memory at a time (one run).
-    :param fan_in: runs one merge reads at once.
+    :param fan_in: runs one merge by DataFusion reads at once.
+    :param memory_fan_in: runs one merge in memory reads at once (``fan_in`` when 0).
     """
 
     run_bytes: int
     fan_in: int
+    memory_fan_in: int = 0
 
 
-def merge_plan(limits: ResourceLimits) -> MergePlan:
+def merge_plan(limits: ResourceLimits, *, open_files: int | None = None) -> MergePlan:
     """The plan for ``limits``: runs of a sixteenth of the limit (at most 32 MiB), and as many merge inputs
-    as half the limit holds (at most 256).
+    as half the limit holds: at most 256 for DataFusion, and for a merge in memory as many as a quarter of
+    the process's open-file limit allows.
 
     >>> from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-    >>> merge_plan(ResourceLimits(memory_limit_bytes=256 << 20))
-    MergePlan(run_bytes=16777216, fan_in=204)
-    >>> merge_plan(ResourceLimits(memory_limit_bytes=64 << 20))
-    MergePlan(run_bytes=4194304, fan_in=51)
+    >>> merge_plan(ResourceLimits(memory_limit_bytes=256 << 20), open_files=20000)
+    MergePlan(run_bytes=16777216, fan_in=204, memory_fan_in=1638)
+    >>> merge_plan(ResourceLimits(memory_limit_bytes=64 << 20), open_files=1024)
+    MergePlan(run_bytes=4194304, fan_in=51, memory_fan_in=256)
     """
     budget = limits.memory_limit_bytes
     fan_in = max(_MIN_FAN_IN, min(_MAX_FAN_IN, budget // 2 // _MERGE_INPUT_BYTES))
+    if open_files is None:
+        open_files = _open_files_limit()
+    memory_fan_in = max(fan_in, min(budget // 2 // _MEMORY_INPUT_BYTES, open_files // _OPEN_FILES_SHARE))
     run_bytes = max(_MIN_RUN_BYTES, min(_MAX_RUN_BYTES, budget // _RUN_SHARE))
-    return MergePlan(run_bytes=run_bytes, fan_in=fan_in)
+    return MergePlan(run_bytes=run_bytes, fan_in=fan_in, memory_fan_in=memory_fan_in)
+
+
+def _open_files_limit() -> int:
+    """The process's limit of open files (its soft limit; 1024, the usual default, where unknown)."""
+    try:
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 1024
+    return int(soft) if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 def external_sort(
@@ -183,6 +208,7 @@ def sorted_lanes(
     lanes: int = 1,
     plan: MergePlan | None = None,
     stats: SortStats | None = None,
+    expected_rows: int = 0,
 ) -> Iterator[list[Iterator[pa.RecordBatch]]]:
     """Sort ``batches`` (as :func:`external_sort`) and hand out the sorted rows as up to ``lanes`` streams
     of disjoint key ranges, in key order: every row of a stream sorts before (or with) every row of the
@@ -193,11 +219,21 @@ def sorted_lanes(
     spilled (:data:`_RANGES_PER_LANE` per lane, at splitters sampled from the first run), ranges too heavy
     to deal evenly are cut again from every run's sample (:func:`_balanced`), and the ranges are dealt to
     the lanes in contiguous groups of about equal bytes. The lanes share the plan's fan-in.
+
+    :param expected_rows: about how many rows come (0: not known): a larger sort cuts its key ranges into
+        more fine ranges, so that each still holds a small part of a group merged in memory.
     """
     plan = plan or merge_plan(limits)
     stats = stats if stats is not None else SortStats()
     directory = os.path.join(spill_dir, "sort-runs")
-    sorter = _RunSorter(order, prepare, directory, ranges=lanes * _RANGES_PER_LANE if lanes > 1 else 1)
+    sorter = _RunSorter(
+        order,
+        prepare,
+        directory,
+        ranges=lanes * _RANGES_PER_LANE if lanes > 1 else 1,
+        fine_bytes=plan.run_bytes // _GROUP_SHARE // _FINE_PER_GROUP,
+        expected_rows=expected_rows,
+    )
     streams: list[Iterator[pa.RecordBatch]] = []
     try:
         single = sorter.sort(batches, plan.run_bytes)
@@ -211,7 +247,11 @@ def sorted_lanes(
             if lanes > 1:
                 ranges = _balanced(ranges, lanes, order, sorter, stats)
             groups = _even_groups([sum(piece.size for piece in pieces) for pieces in ranges], lanes)
-            fan_in = max(_MIN_FAN_IN, plan.fan_in // len(groups))
+            lane_plan = MergePlan(
+                run_bytes=plan.run_bytes,
+                fan_in=max(_MIN_FAN_IN, plan.fan_in // len(groups)),
+                memory_fan_in=max(_MIN_FAN_IN, (plan.memory_fan_in or plan.fan_in) // len(groups)),
+            )
             stats.lanes = len(groups)
             streams = [
                 _finished(
@@ -222,7 +262,7 @@ def sorted_lanes(
                         limits,
                         spill_dir,
                         directory,
-                        dataclasses.replace(plan, fan_in=fan_in),
+                        lane_plan,
                         sorter,
                         stats,
                     ),
@@ -280,7 +320,7 @@ class SortStats:
                 self.ranges_by_datafusion += 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Piece:
     """One key range of one sorted run, in a run file of its own."""
 
@@ -288,8 +328,17 @@ class _Piece:
     range: int
     path: str
     size: int
-    #: the rows before each fine key range of the piece, and its rows
-    fine: tuple[int, ...]
+    #: the rows before each fine key range of the piece, and its rows (:func:`_fine_bounds`)
+    fine: npt.NDArray[np.int64] | npt.NDArray[np.int32]
+
+
+def _fine_bounds(bounds: Sequence[int] | npt.NDArray[Any]) -> npt.NDArray[np.int64] | npt.NDArray[np.int32]:
+    """``bounds`` (rising row counts) as an array, of 32-bit numbers where they fit: a sort of 200M rows
+    holds about 3,000 pieces of 800 fine ranges each until they are merged."""
+    import numpy as np
+
+    bounds = np.asarray(bounds, dtype=np.int64)
+    return bounds.astype(np.int32) if not len(bounds) or bounds[-1] < 1 << 31 else bounds
 
 
 class _RunSorter:
@@ -301,11 +350,17 @@ class _RunSorter:
         prepare: Callable[[list[pa.RecordBatch]], pa.Table],
         directory: str,
         ranges: int,
+        fine_bytes: int,
+        expected_rows: int,
     ) -> None:
         self.order = order
         self.prepare = prepare
         self.directory = directory
         self.ranges = ranges
+        self.fine_bytes = fine_bytes
+        self.expected_rows = expected_rows
+        #: fine key ranges to a key range, set by the first run
+        self.fine_per_range = _FINE_PER_RANGE
         self.number = 0  # runs started
         self.next_range = ranges  # the id of the next key range cut again
         self.pieces: list[_Piece] = []
@@ -341,7 +396,8 @@ class _RunSorter:
             raw.clear()
             if number == 0:
                 table = _sort_table(prepared, self.order)
-                splitters = _splitters(table, self.order, self.ranges * _FINE_PER_RANGE)
+                self.fine_per_range = self._fine_count(table)
+                splitters = _splitters(table, self.order, self.ranges * self.fine_per_range)
                 self.splitters.set_result(splitters)
                 cuts = _sorted_cuts(table, self.order, splitters)
             else:
@@ -351,11 +407,18 @@ class _RunSorter:
             if number == 0 and not self.splitters.done():
                 self.splitters.set_exception(err)  # the runs waiting for the splitters fail too
             raise
-        pieces = _spilled(table, [0, *cuts, table.num_rows], self.directory, number, 0)
+        pieces = _spilled(table, [0, *cuts, table.num_rows], self.directory, number, 0, self.fine_per_range)
         # Freed buffers stay in PyArrow's allocator for the next run (the reader's batches, the next sort):
         # handed back after every run, each run faulted its pages in afresh, zeroed by the kernel (12 % of
         # a 20M-row sort's CPU); they are handed back once, after the last run.
         return pieces
+
+    def _fine_count(self, first: pa.Table) -> int:
+        """Fine key ranges to a key range: :data:`_FINE_PER_RANGE`, or more where the rows expected would
+        make each more than ``fine_bytes`` (at the first run's bytes a row), as many as its rows allow."""
+        expected_bytes = self.expected_rows * _row_bytes(first)
+        wanted = -(-expected_bytes // max(1, self.fine_bytes * self.ranges))
+        return max(_FINE_PER_RANGE, min(wanted, int(first.num_rows) // self.ranges))
 
     def close(self) -> None:
         for future in self._sorting:
@@ -366,19 +429,19 @@ class _RunSorter:
 
 
 def _spilled(
-    table: pa.Table, bounds: Sequence[int], directory: str, run: int, first_range: int
+    table: pa.Table, bounds: Sequence[int], directory: str, run: int, first_range: int, fine_per_range: int
 ) -> list[_Piece]:
     """The rows of sorted ``table`` written as one run file per key range (ids from ``first_range`` on),
     each with its fine key ranges: ``bounds`` are where each fine range starts, and the end
-    (:data:`_FINE_PER_RANGE` fine ranges to a key range)."""
+    (``fine_per_range`` fine ranges to a key range)."""
     pieces = []
-    for index in range((len(bounds) - 1) // _FINE_PER_RANGE):
-        fine = bounds[index * _FINE_PER_RANGE : (index + 1) * _FINE_PER_RANGE + 1]
+    for index in range((len(bounds) - 1) // fine_per_range):
+        fine = bounds[index * fine_per_range : (index + 1) * fine_per_range + 1]
         start, stop = fine[0], fine[-1]
         if stop > start:
             name = f"{run:05d}-{first_range + index:03d}"
             path = _write_run(table.slice(start, stop - start), directory, name)
-            fine_rows = tuple(bound - start for bound in fine)
+            fine_rows = _fine_bounds([bound - start for bound in fine])
             pieces.append(_Piece(run, first_range + index, path, os.path.getsize(path), fine_rows))
     return pieces
 
@@ -430,7 +493,7 @@ def _recut(
 
     names = [name for name, _asc, _nulls in order]
     rows = [_run_rows(piece.path) for piece in pieces]
-    step = max(1, sum(rows) // (count * _FINE_PER_RANGE * _SAMPLE_PER_FINE_RANGE))
+    step = max(1, sum(rows) // (count * sorter.fine_per_range * _SAMPLE_PER_FINE_RANGE))
     samples = []
     for piece, piece_rows in zip(pieces, rows, strict=True):
         positions = pa.array(
@@ -440,14 +503,14 @@ def _recut(
             samples.append(table.select(names).take(positions).combine_chunks())
     sample = pa.concat_tables(samples).combine_chunks()
     sample = sample.take(_sort_indices([sample], order))
-    splitters = _splitters(sample, order, count * _FINE_PER_RANGE)
+    splitters = _splitters(sample, order, count * sorter.fine_per_range)
     first = sorter.next_range
     sorter.next_range += count
     parts: list[list[_Piece]] = [[] for _ in range(count)]
     for piece in pieces:
         with _mapped_run(piece.path) as table:
             bounds = [0, *_sorted_cuts(table, order, splitters), table.num_rows]
-            for part in _spilled(table, bounds, sorter.directory, piece.run, first):
+            for part in _spilled(table, bounds, sorter.directory, piece.run, first, sorter.fine_per_range):
                 parts[part.range - first].append(part)
         os.remove(piece.path)
     return [part for part in parts if part]
@@ -511,14 +574,26 @@ def _lane_rows(
     stats: SortStats,
 ) -> Iterator[pa.RecordBatch]:
     """The rows of a lane's key ranges, one merge after another: in memory, a few fine key ranges at a time,
-    where they are small enough (:func:`_fine_groups`), by DataFusion otherwise. Each range's run files are
-    removed as soon as its merge is done."""
+    where they are small enough (:func:`_fine_groups`), by DataFusion otherwise, each with at most its
+    fan-in of runs (passes over the smallest first, :func:`_reduced`). Each range's run files are removed
+    as soon as its merge is done."""
+    group_bytes = plan.run_bytes // _GROUP_SHARE
     for range_pieces in ranges:
+        # Every piece's rows of a fine range sum the same before the passes and after them.
+        in_memory = _fine_groups(range_pieces, group_bytes) is not None
         pieces = _reduced(
-            list(range_pieces), order, limits, spill_dir, directory, plan.fan_in, sorter.row_bytes, stats
+            list(range_pieces),
+            order,
+            limits,
+            spill_dir,
+            directory,
+            (plan.memory_fan_in or plan.fan_in) if in_memory else plan.fan_in,
+            sorter.row_bytes,
+            stats,
+            group_bytes if in_memory else 0,
         )
         paths = [piece.path for piece in pieces]
-        groups = _fine_groups(pieces, plan.run_bytes // _GROUP_SHARE)
+        groups = _fine_groups(pieces, group_bytes) if in_memory else None
         stats.add_range(in_memory=groups is not None)
         if groups is not None:
             yield from _merged_in_memory(pieces, groups, order, limits, sorter.row_bytes)
@@ -536,26 +611,36 @@ def _fine_groups(pieces: Sequence[_Piece], budget: int) -> list[tuple[int, int]]
     (of every piece together, at the pieces' bytes a row), as ``(first, stop)``; None when there are no
     pieces or one fine range alone holds more (a key as common as that).
 
-    >>> pieces = [_Piece(0, 0, "a", 60, (0, 2, 5, 6)), _Piece(1, 0, "b", 40, (0, 1, 1, 4))]
+    >>> a, b = _fine_bounds([0, 2, 5, 6]), _fine_bounds([0, 1, 1, 4])
+    >>> pieces = [_Piece(0, 0, "a", 60, a), _Piece(1, 0, "b", 40, b)]
     >>> _fine_groups(pieces, 60), _fine_groups(pieces, 40), _fine_groups(pieces, 30)
     ([(0, 2), (2, 3)], [(0, 1), (1, 2), (2, 3)], None)
     """
-    fines = [piece.fine for piece in pieces]
-    if not fines:
+    import numpy as np
+
+    if not pieces:
         return None
-    total_rows = sum(fine[-1] for fine in fines)
-    budget_rows = budget * total_rows // max(1, sum(piece.size for piece in pieces))
+    total = _summed_fine(pieces)
+    budget_rows = budget * int(total[-1]) // max(1, sum(piece.size for piece in pieces))
+    rows_per_fine = np.diff(total)
+    if rows_per_fine.size and int(rows_per_fine.max()) > budget_rows:
+        return None
     groups: list[tuple[int, int]] = []
     first = held = 0
-    for index, bounds in enumerate(itertools.pairwise(zip(*fines, strict=True))):  # every piece's, of one
-        rows = sum(stop - start for start, stop in zip(*bounds, strict=True))
-        if rows > budget_rows:
-            return None
+    for index, rows in enumerate(rows_per_fine.tolist()):
         if held + rows > budget_rows:
             groups.append((first, index))
             first, held = index, 0
         held += rows
-    return [*groups, (first, len(fines[0]) - 1)]
+    return [*groups, (first, len(rows_per_fine))]
+
+
+def _summed_fine(pieces: Sequence[_Piece]) -> npt.NDArray[np.int64]:
+    """The rows before each fine key range of all of ``pieces`` together."""
+    import numpy as np
+
+    summed: npt.NDArray[np.int64] = np.stack([piece.fine for piece in pieces]).sum(axis=0, dtype=np.int64)
+    return summed
 
 
 def _merged_in_memory(
@@ -580,7 +665,7 @@ def _merged_in_memory(
         for first, stop in groups:
             batches = []
             for piece, cursor in zip(pieces, cursors, strict=True):
-                batches.extend(cursor.read(piece.fine[stop] - piece.fine[first]))
+                batches.extend(cursor.read(int(piece.fine[stop] - piece.fine[first])))
             if batches:
                 table = _sort_table(pa.Table.from_batches(batches), order)
                 del batches
@@ -1221,10 +1306,13 @@ def _reduced(
     fan_in: int,
     row_bytes: int,
     stats: SortStats,
+    group_bytes: int,
 ) -> list[_Piece]:
     """``pieces`` (one key range's, in run order) after as few bytes as possible are merged again to leave
-    at most ``fan_in``: the smallest are merged into one, just enough of them each time. A merged piece's
-    fine key ranges are its inputs' together (every input's rows of a fine range sort before the next's)."""
+    at most ``fan_in``: the smallest are merged into one, just enough of them each time, in memory in groups
+    of fine key ranges of at most ``group_bytes`` (:func:`_merged_in_memory`) where they fit, by DataFusion
+    otherwise. A merged piece's fine key ranges are its inputs' together (every input's rows of a fine range
+    sort before the next's)."""
     import pyarrow as pa
 
     number = 0
@@ -1236,7 +1324,12 @@ def _reduced(
         number += 1
         writer = None
         try:
-            merged_rows = _merged([piece.path for piece in merging], order, limits, spill_dir, row_bytes)
+            groups = _fine_groups(merging, group_bytes) if group_bytes else None
+            merged_rows = (
+                _merged_in_memory(merging, groups, order, limits, row_bytes)
+                if groups is not None
+                else _merged([piece.path for piece in merging], order, limits, spill_dir, row_bytes)
+            )
             rows = read_ahead(merged_rows, depth=4, max_bytes=16 << 20)
             with closing(rows):
                 for batch in rows:
@@ -1254,7 +1347,7 @@ def _reduced(
         if writer is None:  # nothing came out: the inputs were empty
             pieces = [piece for piece in pieces if piece.path not in group]
             continue
-        fine = tuple(map(sum, zip(*(piece.fine for piece in merging), strict=True)))
+        fine = _fine_bounds(_summed_fine(merging))
         merged = _Piece(merging[0].run, merging[0].range, path, os.path.getsize(path), fine)
         # where its first input stood: ties between runs keep no particular order anyway
         pieces = [

@@ -224,6 +224,7 @@ def sorted_lanes_for_output(
     *,
     lanes: int,
     stats: SortStats | None = None,
+    expected_rows: int = 0,
 ) -> Iterator[list[Iterator[pa.RecordBatch]]]:
     """Sort rows by the output partition, then by ``keys``, under the memory limit, as up to ``lanes``
     streams of disjoint key ranges in key order (:func:`.merge_sort.sorted_lanes`), each to be consumed
@@ -247,6 +248,7 @@ def sorted_lanes_for_output(
         finish=stager.finish,
         lanes=lanes,
         stats=stats,
+        expected_rows=expected_rows,
     ) as streams:
         yield streams
     stager.check.verify()

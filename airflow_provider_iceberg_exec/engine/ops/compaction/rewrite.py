@@ -307,7 +307,15 @@ def _write_sorted_lanes(
     Spark's range-partitioned sort writes them. Files in key order."""
     run.sort = SortStats()
     with sorted_lanes_for_output(
-        live, layout.keys, layout.spec, schema, limits, spill_dir, lanes=len(run.writers), stats=run.sort
+        live,
+        layout.keys,
+        layout.spec,
+        schema,
+        limits,
+        spill_dir,
+        lanes=len(run.writers),
+        stats=run.sort,
+        expected_rows=run.records,  # before deletes: at most what comes
     ) as streams:
         lanes = [_SortLane(stream, writer) for stream, writer in zip(streams, run.writers, strict=False)]
 
