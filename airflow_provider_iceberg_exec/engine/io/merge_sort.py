@@ -273,13 +273,14 @@ def sorted_lanes(
         yield streams
         log.debug(
             "sorted %d runs in %d lanes (%d bytes of key ranges cut again); %d key ranges merged in memory, "
-            "%d by DataFusion; %d extra merge passes re-merged %d bytes",
+            "%d by DataFusion; %d extra merge passes (%d in memory) re-merged %d bytes",
             stats.runs,
             stats.lanes,
             stats.recut_bytes,
             stats.ranges_in_memory,
             stats.ranges_by_datafusion,
             stats.merge_passes,
+            stats.memory_passes,
             stats.remerged_bytes,
         )
     finally:
@@ -299,6 +300,8 @@ class SortStats:
     lanes: int = 1
     merge_passes: int = 0
     remerged_bytes: int = 0
+    #: of the merge passes, those merged in memory (the rest by DataFusion)
+    memory_passes: int = 0
     spilled_bytes: int = 0
     #: bytes of key ranges cut again to balance the lanes (:func:`_balanced`)
     recut_bytes: int = 0
@@ -307,9 +310,10 @@ class SortStats:
     ranges_by_datafusion: int = 0
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def add_pass(self, merged_bytes: int) -> None:
+    def add_pass(self, merged_bytes: int, *, in_memory: bool) -> None:
         with self._lock:
             self.merge_passes += 1
+            self.memory_passes += in_memory
             self.remerged_bytes += merged_bytes
 
     def add_range(self, *, in_memory: bool) -> None:
@@ -608,13 +612,14 @@ def _lane_rows(
 
 def _fine_groups(pieces: Sequence[_Piece], budget: int) -> list[tuple[int, int]] | None:
     """The fine key ranges of one key range's ``pieces`` in consecutive groups of at most ``budget`` bytes
-    (of every piece together, at the pieces' bytes a row), as ``(first, stop)``; None when there are no
-    pieces or one fine range alone holds more (a key as common as that).
+    (of every piece together, at the pieces' bytes a row), as ``(first, stop)``, but for a fine range alone
+    of up to twice that; None when there are no pieces or one fine range alone holds more (a key as common
+    as that). Fine ranges cut at splitters from one run vary in size: twice leaves room for the largest.
 
     >>> a, b = _fine_bounds([0, 2, 5, 6]), _fine_bounds([0, 1, 1, 4])
     >>> pieces = [_Piece(0, 0, "a", 60, a), _Piece(1, 0, "b", 40, b)]
-    >>> _fine_groups(pieces, 60), _fine_groups(pieces, 40), _fine_groups(pieces, 30)
-    ([(0, 2), (2, 3)], [(0, 1), (1, 2), (2, 3)], None)
+    >>> _fine_groups(pieces, 60), _fine_groups(pieces, 40), _fine_groups(pieces, 20), _fine_groups(pieces, 15)
+    ([(0, 2), (2, 3)], [(0, 1), (1, 2), (2, 3)], [(0, 1), (1, 2), (2, 3)], None)
     """
     import numpy as np
 
@@ -623,12 +628,12 @@ def _fine_groups(pieces: Sequence[_Piece], budget: int) -> list[tuple[int, int]]
     total = _summed_fine(pieces)
     budget_rows = budget * int(total[-1]) // max(1, sum(piece.size for piece in pieces))
     rows_per_fine = np.diff(total)
-    if rows_per_fine.size and int(rows_per_fine.max()) > budget_rows:
+    if rows_per_fine.size and int(rows_per_fine.max()) > 2 * budget_rows:
         return None
     groups: list[tuple[int, int]] = []
     first = held = 0
     for index, rows in enumerate(rows_per_fine.tolist()):
-        if held + rows > budget_rows:
+        if held and held + rows > budget_rows:
             groups.append((first, index))
             first, held = index, 0
         held += rows
@@ -1341,7 +1346,7 @@ def _reduced(
         finally:
             if writer is not None:
                 writer.close()
-        stats.add_pass(sum(piece.size for piece in merging))
+        stats.add_pass(sum(piece.size for piece in merging), in_memory=groups is not None)
         for done in merging:
             os.remove(done.path)
         if writer is None:  # nothing came out: the inputs were empty
