@@ -6,14 +6,15 @@ memory (by NumPy, by radix, when every key compares as fixed-width integers, by 
 (Arrow IPC, uncompressed) into the spill directory. Two runs are sorted at once, each on a thread of its own,
 while the caller's thread collects the next from the input (read ahead on another thread): the runs are
 small enough to be sorted in the CPU's caches. Every run is cut as it is spilled into fine key ranges at
-splitters taken from the first run (:data:`_FINE_PER_RANGE` to a key range), so a key range is merged by
+splitters taken from the first run (:data:`_FINE_PER_RANGE` to a key range, more for a sort told it
+holds more rows than that keeps small), so a key range is merged by
 sorting in memory the rows of a few consecutive fine ranges of every run at a time, about half a run's
 bytes (:func:`_merged_in_memory`): its rows sort before or with every row of the next group in every run.
-DataFusion merges a range's runs where that cannot hold (a key on more rows than a group holds): a
+DataFusion merges a range's runs where that cannot hold (a key on more rows than two groups hold): a
 SortPreservingMerge over scans declared sorted, so it neither sorts nor spills itself, and
 each input holds one batch of its run at a time. At most :attr:`MergePlan.fan_in` runs are merged at
-once, in memory or by DataFusion; with more, just enough of the smallest are first merged by DataFusion
-into one longer run (its fine key ranges its inputs' together) to leave that many. Rows that fit one run
+once; with more, just enough of the smallest are first merged into one longer run (in memory where their
+fine ranges fit a group; its fine key ranges its inputs' together) to leave that many. Rows that fit one run
 never touch the disk.
 
 :func:`sorted_lanes` hands the sorted rows out as several streams of disjoint key ranges, each merged
@@ -75,11 +76,6 @@ _RUN_COMPRESSION: str | None = None
 _MERGE_INPUT_BYTES = 640 << 10
 _MIN_FAN_IN = 2
 _MAX_FAN_IN = 256
-#: what one input of a merge in memory holds: an open run file and what is left of its last batch (at most
-#: :data:`_MERGE_BATCH_BYTES`), so many more runs are merged at once in memory than by DataFusion
-_MEMORY_INPUT_BYTES = 80 << 10
-#: share of the process's open-file limit the runs merged in memory at once may hold
-_OPEN_FILES_SHARE = 4
 #: runs sorted and written at once, each on its own thread (beside the thread that reads the input)
 _SORTERS = 2
 #: bytes of each batch of a run file: DataFusion's merge of Arrow files held about 30 MiB more per input
@@ -114,9 +110,9 @@ _LANE_SLACK = 1.5
 #: sample rows per fine key range a range is cut again into, taken from every run's piece of it
 _SAMPLE_PER_FINE_RANGE = 2
 _MAX_RUN_BYTES = 32 << 20
-#: finer key ranges each key range is cut into as the runs are spilled (at splitters from the first run):
-#: a key range is merged by sorting a few consecutive fine ranges' rows of every run at a time in memory
-#: (:func:`_merged_in_memory`), each group within half a run's bytes
+#: finer key ranges each key range is cut into as the runs are spilled (at splitters from the first run),
+#: at least: a key range is merged by sorting a few consecutive fine ranges' rows of every run at a time in
+#: memory (:func:`_merged_in_memory`), each group within half a run's bytes
 _FINE_PER_RANGE = 256
 #: fine key ranges a group is expected to hold at least, for the count of fine ranges of a sort told its
 #: rows: with fewer, one fine range of a larger sort is more than a group holds and its range goes to
@@ -133,44 +129,27 @@ class MergePlan:
     """How an external sort splits its budget.
 
     :param run_bytes: Arrow bytes of input sorted in memory at a time (one run).
-    :param fan_in: runs one merge by DataFusion reads at once.
-    :param memory_fan_in: runs one merge in memory reads at once (``fan_in`` when 0).
+    :param fan_in: runs one merge reads at once.
     """
 
     run_bytes: int
     fan_in: int
-    memory_fan_in: int = 0
 
 
-def merge_plan(limits: ResourceLimits, *, open_files: int | None = None) -> MergePlan:
+def merge_plan(limits: ResourceLimits) -> MergePlan:
     """The plan for ``limits``: runs of a sixteenth of the limit (at most 32 MiB), and as many merge inputs
-    as half the limit holds: at most 256 for DataFusion, and for a merge in memory as many as a quarter of
-    the process's open-file limit allows.
+    as half the limit holds (at most 256).
 
     >>> from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-    >>> merge_plan(ResourceLimits(memory_limit_bytes=256 << 20), open_files=20000)
-    MergePlan(run_bytes=16777216, fan_in=204, memory_fan_in=1638)
-    >>> merge_plan(ResourceLimits(memory_limit_bytes=64 << 20), open_files=1024)
-    MergePlan(run_bytes=4194304, fan_in=51, memory_fan_in=256)
+    >>> merge_plan(ResourceLimits(memory_limit_bytes=256 << 20))
+    MergePlan(run_bytes=16777216, fan_in=204)
+    >>> merge_plan(ResourceLimits(memory_limit_bytes=64 << 20))
+    MergePlan(run_bytes=4194304, fan_in=51)
     """
     budget = limits.memory_limit_bytes
     fan_in = max(_MIN_FAN_IN, min(_MAX_FAN_IN, budget // 2 // _MERGE_INPUT_BYTES))
-    if open_files is None:
-        open_files = _open_files_limit()
-    memory_fan_in = max(fan_in, min(budget // 2 // _MEMORY_INPUT_BYTES, open_files // _OPEN_FILES_SHARE))
     run_bytes = max(_MIN_RUN_BYTES, min(_MAX_RUN_BYTES, budget // _RUN_SHARE))
-    return MergePlan(run_bytes=run_bytes, fan_in=fan_in, memory_fan_in=memory_fan_in)
-
-
-def _open_files_limit() -> int:
-    """The process's limit of open files (its soft limit; 1024, the usual default, where unknown)."""
-    try:
-        import resource
-
-        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):
-        return 1024
-    return int(soft) if soft != resource.RLIM_INFINITY else 1 << 20
+    return MergePlan(run_bytes=run_bytes, fan_in=fan_in)
 
 
 def external_sort(
@@ -247,11 +226,7 @@ def sorted_lanes(
             if lanes > 1:
                 ranges = _balanced(ranges, lanes, order, sorter, stats)
             groups = _even_groups([sum(piece.size for piece in pieces) for pieces in ranges], lanes)
-            lane_plan = MergePlan(
-                run_bytes=plan.run_bytes,
-                fan_in=max(_MIN_FAN_IN, plan.fan_in // len(groups)),
-                memory_fan_in=max(_MIN_FAN_IN, (plan.memory_fan_in or plan.fan_in) // len(groups)),
-            )
+            fan_in = max(_MIN_FAN_IN, plan.fan_in // len(groups))
             stats.lanes = len(groups)
             streams = [
                 _finished(
@@ -262,7 +237,7 @@ def sorted_lanes(
                         limits,
                         spill_dir,
                         directory,
-                        lane_plan,
+                        dataclasses.replace(plan, fan_in=fan_in),
                         sorter,
                         stats,
                     ),
@@ -583,21 +558,19 @@ def _lane_rows(
     as soon as its merge is done."""
     group_bytes = plan.run_bytes // _GROUP_SHARE
     for range_pieces in ranges:
-        # Every piece's rows of a fine range sum the same before the passes and after them.
-        in_memory = _fine_groups(range_pieces, group_bytes) is not None
         pieces = _reduced(
             list(range_pieces),
             order,
             limits,
             spill_dir,
             directory,
-            (plan.memory_fan_in or plan.fan_in) if in_memory else plan.fan_in,
+            plan.fan_in,
             sorter.row_bytes,
             stats,
-            group_bytes if in_memory else 0,
+            group_bytes,
         )
         paths = [piece.path for piece in pieces]
-        groups = _fine_groups(pieces, group_bytes) if in_memory else None
+        groups = _fine_groups(pieces, group_bytes)
         stats.add_range(in_memory=groups is not None)
         if groups is not None:
             yield from _merged_in_memory(pieces, groups, order, limits, sorter.row_bytes)
@@ -1329,7 +1302,7 @@ def _reduced(
         number += 1
         writer = None
         try:
-            groups = _fine_groups(merging, group_bytes) if group_bytes else None
+            groups = _fine_groups(merging, group_bytes)
             merged_rows = (
                 _merged_in_memory(merging, groups, order, limits, row_bytes)
                 if groups is not None

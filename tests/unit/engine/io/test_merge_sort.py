@@ -504,12 +504,11 @@ def _one_lane_with_stats(
     spill_dir: Path,
     fan_in: int,
     *,
-    memory_fan_in: int = 0,
     expected_rows: int = 0,
     run_bytes: int = 8 << 10,
 ) -> tuple[pa.Table, SortStats]:
-    """``table`` sorted in one lane, in runs of ``run_bytes`` merged ``fan_in`` at a time
-    (``memory_fan_in`` in memory), and the sort's stats."""
+    """``table`` sorted in one lane, in runs of ``run_bytes`` merged ``fan_in`` at a time, and the sort's
+    stats."""
     stats = SortStats()
     with sorted_lanes(
         _batches(table),
@@ -518,7 +517,7 @@ def _one_lane_with_stats(
         str(spill_dir),
         prepare=pa.Table.from_batches,
         finish=lambda rows: rows,
-        plan=MergePlan(run_bytes=run_bytes, fan_in=fan_in, memory_fan_in=memory_fan_in),
+        plan=MergePlan(run_bytes=run_bytes, fan_in=fan_in),
         stats=stats,
         expected_rows=expected_rows,
     ) as streams:
@@ -532,32 +531,27 @@ def _spread_keys(count: int, seed: int) -> pa.Table:
     return pa.table({"k": pa.array(keys, pa.int64()), "id": pa.array(np.arange(count), pa.int64())})
 
 
-@pytest.mark.parametrize(("memory_fan_in", "passes"), [(512, False), (4, True)])
-def test_more_runs_are_merged_in_memory_at_once_than_by_datafusion(
-    tmp_path: Path, memory_fan_in: int, passes: bool
+@pytest.mark.parametrize(("fan_in", "passes"), [(64, False), (4, True)])
+def test_passes_over_the_fan_in_merge_in_memory_where_the_range_does(
+    tmp_path: Path, fan_in: int, passes: bool
 ) -> None:
-    """A range merged in memory takes up to the in-memory fan-in of runs at once, far over DataFusion's
-    (each input holds a small batch, not a merge's buffers); over it, the passes merge in memory too."""
+    """Runs over the fan-in are merged again first, in memory where their fine key ranges fit a group
+    (spread keys), by DataFusion where they do not (a key too common for memory)."""
     table = _spread_keys(6000, seed=11)
-    out, stats = _one_lane_with_stats(table, [("k", True, False)], tmp_path, 2, memory_fan_in=memory_fan_in)
+    out, stats = _one_lane_with_stats(table, [("k", True, False)], tmp_path, fan_in)
     assert out.column("k").to_pylist() == sorted(table.column("k").to_pylist())
     assert sorted(out.column("id").to_pylist()) == list(range(6000))
-    assert stats.runs > memory_fan_in or not passes
     assert (stats.ranges_in_memory, stats.ranges_by_datafusion) == (1, 0)
     assert (stats.merge_passes > 0) == passes
     assert stats.memory_passes == stats.merge_passes
 
-
-def test_passes_before_a_datafusion_merge_keep_its_fan_in(tmp_path: Path) -> None:
-    """A range left to DataFusion (a key too common for memory) is reduced to DataFusion's fan-in, by
-    DataFusion, whatever the in-memory fan-in."""
     rng = np.random.default_rng(5)
-    keys = np.concatenate([rng.integers(-50_000, 50_000, 4000), np.full(2000, 7)])
+    keys = np.concatenate([rng.integers(-50_000, 50_000, 4000), np.full(4000, 7)])
     table = pa.table({"k": pa.array(rng.permutation(keys), pa.int64()), "id": pa.array(np.arange(len(keys)))})
-    out, stats = _one_lane_with_stats(table, [("k", True, False)], tmp_path, 4, memory_fan_in=512)
+    out, stats = _one_lane_with_stats(table, [("k", True, False)], tmp_path / "common", fan_in)
     assert out.column("k").to_pylist() == sorted(keys.tolist())
     assert (stats.ranges_in_memory, stats.ranges_by_datafusion) == (0, 1)
-    assert stats.merge_passes > 0
+    assert (stats.merge_passes > 0) == passes
     assert stats.memory_passes == 0
 
 
@@ -566,8 +560,8 @@ def test_a_sort_told_its_rows_cuts_fine_ranges_small_enough_for_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, expected_rows: int, in_memory: bool
 ) -> None:
     """Fine key ranges are cut from the first run, a fixed count to a key range unless the sort is told how
-    many rows come: then as many as keep each within a quarter of a group, so that a sort of many runs still
-    merges in memory (told nothing, its fine ranges outgrow the groups and DataFusion merges)."""
+    many rows come: then as many as keep each about half a group, so that a sort of many runs still merges
+    in memory (told nothing, its fine ranges outgrow the groups and DataFusion merges)."""
     monkeypatch.setattr(merge_sort, "_FINE_PER_RANGE", 16)  # as 256 is to a sort 16 times the size
     table = _spread_keys(100_000, seed=12)
     out, stats = _one_lane_with_stats(
@@ -575,7 +569,6 @@ def test_a_sort_told_its_rows_cuts_fine_ranges_small_enough_for_memory(
         [("k", True, False)],
         tmp_path,
         512,
-        memory_fan_in=512,
         expected_rows=expected_rows,
         run_bytes=64 << 10,
     )
