@@ -140,6 +140,15 @@ def zorder_values(batch_columns: list[pa.Array], key: ZOrder, width: int) -> pa.
     import numpy as np
     import pyarrow as pa
 
+    if _word_columns(batch_columns, key) and width == len(batch_columns) * _PRIMITIVE_BYTES:
+        # Whole words, none cut: they are the decimal's limbs, with no bytes made and read back (a third
+        # of the z-values' CPU).
+        words = _interleave_words([_ordered_word(column) for column in batch_columns])
+        little = np.zeros((len(words), 2), dtype=np.uint64)  # the least significant limb first
+        np.bitwise_xor(words[:, 0], np.uint64(1 << 63), out=little[:, 1])
+        if words.shape[1] == 2:
+            little[:, 0] = words[:, 1]
+        return pa.Array.from_buffers(pa.decimal128(38, 0), len(words), [None, pa.py_buffer(little)])
     packed = _packed(batch_columns, key)
     assert packed.shape[1] == width, (packed.shape, width)
     rows = len(packed)
@@ -164,7 +173,7 @@ def _packed(batch_columns: list[pa.Array], key: ZOrder) -> npt.NDArray[np.uint8]
     import numpy as np
 
     length = key.var_length_contribution
-    if len(batch_columns) <= _MAX_WORD_COLUMNS and length == _PRIMITIVE_BYTES:
+    if _word_columns(batch_columns, key):
         # Every column is one 64-bit word: interleave the words with shifts and masks.
         words = _interleave_words([_ordered_word(column) for column in batch_columns])
         total = min(words.shape[1] * _PRIMITIVE_BYTES, key.max_output_size)
@@ -182,6 +191,13 @@ def _packed(batch_columns: list[pa.Array], key: ZOrder) -> npt.NDArray[np.uint8]
 
 #: up to 2 columns of 8 bytes, the interleaving is done on 64-bit words (see _interleave_words)
 _MAX_WORD_COLUMNS = 2
+
+
+def _word_columns(batch_columns: list[pa.Array], key: ZOrder) -> bool:
+    """Whether every column gives one 64-bit word, few enough to interleave as words."""
+    return len(batch_columns) <= _MAX_WORD_COLUMNS and key.var_length_contribution == _PRIMITIVE_BYTES
+
+
 #: rows interleaved at a time: a few 256 KiB arrays, within a core's L2 cache
 _WORD_SLICE_ROWS = 32768
 #: spreading the low 32 bits of a word to its even bits: (shift, mask) in turn
