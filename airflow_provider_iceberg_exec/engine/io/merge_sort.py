@@ -887,6 +887,7 @@ def _numpy_sort_indices(
         keys.append(_Key(tuple(v if ascending else ~v for v in images), nulls, nulls_first))
     if len(lengths) > 1:
         keys.append(_Key((np.repeat(np.arange(len(lengths)), lengths),), None, False))
+    keys = [part for key in keys for part in _split_limbs(key)]
     packed = _packed(keys, sum(lengths))
     if packed is not None:
         return _stable_order(packed, None, False)
@@ -901,6 +902,69 @@ class _Key:
     images: tuple[npt.NDArray[Any], ...]
     nulls: npt.NDArray[np.bool_] | None
     nulls_first: bool
+
+
+#: a two-limb key is split (:func:`_split_limbs`) when its top limb spans at most this many bits
+_SPLIT_TOP_BITS = 32
+
+
+def _split_limbs(key: _Key) -> list[_Key]:
+    """``key`` as keys sorted in turn; a key of two limbs (a ``decimal128``: a z-order's), without nulls,
+    whose top limb takes more than one radix pass but spans at most :data:`_SPLIT_TOP_BITS` once the bits
+    every row shares are taken out (:func:`_gap_closed`), as two 64-bit keys: the top limb's bits with the
+    low limb's highest, then the rest of the low limb. Compared in turn they compare as the limbs do, and
+    most rows differ in the first, so the second is sorted only for the few rows tied on it: a z-order's
+    run of 245K rows sorted in 14-16 ms against 25-35 ms limb by limb (eight radix passes: its top limb
+    spans 63 bits, the z-values of rows with a null apart from the rest). A top limb of one pass (a merge's
+    group, a narrow range of z-values) is sorted limb by limb still: five passes, as many as split.
+
+    >>> import numpy as np
+    >>> key = _Key((np.array([2**20, 2, 2**20]), np.array([1, 2**64 - 1, 0], dtype=np.uint64)), None, False)
+    >>> [[int(v) for v in part.images[0]] for part in _split_limbs(key)]
+    [[9223372036854775808, 4611686018427387903, 9223372036854775808], [1, 3, 0]]
+    """
+    import numpy as np
+
+    if len(key.images) != 2 or key.nulls is not None or not len(key.images[0]):
+        return [key]
+    top, low = key.images
+    unsigned = top.view(np.uint64) ^ np.uint64(1 << 63) if top.dtype.kind == "i" else top.astype(np.uint64)
+    if int(unsigned.max() - unsigned.min()) < 1 << 16:
+        return [key]
+    unsigned = _gap_closed(unsigned)
+    distance = unsigned - unsigned.min()
+    bits = int(distance.max()).bit_length()
+    if bits > _SPLIT_TOP_BITS:
+        return [key]
+    low = low.astype(np.uint64, copy=False)
+    first = (distance << np.uint64(64 - bits)) | (low >> np.uint64(bits))
+    return [_Key((first,), None, False), _Key((low & np.uint64((1 << bits) - 1),), None, False)]
+
+
+def _gap_closed(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """``values`` in the same order, in fewer bits: the widest run of bits every value shares, below the
+    highest bit where any two differ, taken out (values in two clusters far apart come closer).
+
+    >>> import numpy as np
+    >>> _gap_closed(np.array([2**40 + 5, 2**40 + 1, 7], dtype=np.uint64)).tolist()
+    [13, 9, 7]
+    """
+    import numpy as np
+
+    differing = int(np.bitwise_or.reduce(values ^ values[0]))
+    width = low = run = 0
+    for bit in range(differing.bit_length()):
+        if differing >> bit & 1:
+            if run > width:
+                width, low = run, bit - run
+            run = 0
+        else:
+            run += 1
+    if not width:
+        return values
+    below = values & np.uint64((1 << low) - 1)
+    closed: npt.NDArray[np.uint64] = ((values >> np.uint64(low + width)) << np.uint64(low)) | below
+    return closed
 
 
 def _packed(keys: Sequence[_Key], rows: int) -> npt.NDArray[np.uint64] | None:

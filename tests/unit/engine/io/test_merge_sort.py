@@ -843,6 +843,55 @@ def test_a_key_of_limbs_sorts_as_its_limbs_compare(count: int, top: str, nulls_f
     ]
 
 
+@pytest.mark.parametrize(
+    ("top", "parts"),
+    [("two-clusters", 2), ("wide-top", 2), ("narrow-top", 1), ("one-value", 1), ("whole-range", 1)],
+)
+@pytest.mark.parametrize("ascending", [True, False])
+def test_a_two_limb_key_split_in_two_sorts_as_its_limbs_compare(
+    top: str, parts: int, ascending: bool
+) -> None:
+    """A decimal key without nulls whose top limb spans more than one radix pass but few bits once the bits
+    every row shares are out (a z-order's: the rows with a null in two clusters far apart) is sorted as two
+    64-bit keys in turn; one whose top limb spans one pass or the whole range limb by limb. Either way the
+    rows come out as the limbs compare, a second table's rows after their equals (a run's splitters)."""
+    rng = np.random.default_rng(31)
+    count, second = 9000, 500
+    if top == "two-clusters":
+        high = rng.integers(0, 1 << 20, count).astype(np.int64) | np.int64(1 << 62)
+        high[rng.random(count) < 0.1] = np.int64(-(1 << 62))
+    elif top == "wide-top":
+        high = rng.integers(-(1 << 20), 1 << 20, count).astype(np.int64)
+    elif top == "narrow-top":
+        high = rng.integers(-3, 3, count).astype(np.int64)
+    elif top == "one-value":
+        high = np.full(count, 12345, dtype=np.int64)
+    else:
+        high = rng.integers(-(2**63), 2**63 - 1, count, dtype=np.int64, endpoint=True)
+    low = rng.integers(0, 2**64 - 1, count, dtype=np.uint64, endpoint=True)
+    low[::7], high[::7] = low[0], high[0]  # ties on both limbs
+    low[1::11] = low[1] ^ rng.integers(0, 8, len(low[1::11])).astype(np.uint64)  # on all but the lowest bits
+    high[1::11] = high[1]
+    flipped = np.arange(3, 3 + 64 * 5, 5)  # on the top limb, and on all but one bit of the low limb, each
+    high[flipped] = high[3]
+    low[flipped] = low[3] ^ (np.uint64(1) << np.arange(64, dtype=np.uint64))
+    column = pa.Array.from_buffers(
+        pa.decimal128(38, 0), count, [None, pa.py_buffer(np.stack([low, high.view(np.uint64)], axis=1))]
+    )
+    images = tuple(v if ascending else ~v for v in (high, low))
+    split = merge_sort._split_limbs(merge_sort._Key(images, None, False))
+    assert len(split) == parts
+
+    order = merge_sort._numpy_sort_indices([column], [("d", ascending, False)], [count - second, second])
+
+    def key(i: int) -> tuple[int, int]:
+        value = (int(high[i]) << 64) + int(low[i])
+        return (value if ascending else -value, i >= count - second)
+
+    assert sorted(order.tolist()) == list(range(count))
+    assert [key(i) for i in order] == sorted(key(i) for i in range(count))
+
+
 def test_more_tied_groups_than_a_radix_sort_numbers_are_sorted_too(monkeypatch) -> None:
     """Over 65,536 groups of rows tied on the first key, sorted by the keys in turn: the stable sort by
     group takes two 16-bit radix passes; the rows come out as PyArrow sorts them."""
