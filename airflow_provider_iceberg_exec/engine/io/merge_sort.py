@@ -928,7 +928,7 @@ def _split_limbs(key: _Key) -> list[_Key]:
     if len(key.images) != 2 or key.nulls is not None or not len(key.images[0]):
         return [key]
     top, low = key.images
-    unsigned = top.view(np.uint64) ^ np.uint64(1 << 63) if top.dtype.kind == "i" else top.astype(np.uint64)
+    unsigned = _unsigned_order(top).astype(np.uint64, copy=False)
     if int(unsigned.max() - unsigned.min()) < 1 << 16:
         return [key]
     unsigned = _gap_closed(unsigned)
@@ -1148,9 +1148,7 @@ def _radix_order(
 
     width = values.dtype.itemsize * 8
     unsigned = np.dtype(f"u{values.dtype.itemsize}")
-    keys = values.view(unsigned)
-    if values.dtype.kind == "i":  # signed values ordered as unsigned ones: the sign bit flipped
-        keys = keys ^ unsigned.type(1 << (width - 1))
+    keys = _unsigned_order(values)
     present = keys if nulls is None else keys[~nulls]
     if not present.size:
         return np.arange(len(values), dtype=np.int64)
@@ -1177,6 +1175,23 @@ def _radix_order(
         if shift != shifts[-1]:
             keys = keys[step]
     return np.arange(len(values), dtype=np.int64) if order is None else order
+
+
+def _unsigned_order(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Whole-number ``values`` as unsigned numbers of their width in the same order (signed ones with the
+    sign bit flipped).
+
+    >>> import numpy as np
+    >>> _unsigned_order(np.array([-1, 0, 1], dtype=np.int8)).tolist()
+    [127, 128, 129]
+    """
+    import numpy as np
+
+    unsigned = np.dtype(f"u{values.dtype.itemsize}")
+    keys = values.view(unsigned)
+    if values.dtype.kind == "i":
+        keys = keys ^ unsigned.type(1 << (values.dtype.itemsize * 8 - 1))
+    return keys
 
 
 def _grouped(within: npt.NDArray[np.int64], groups: npt.NDArray[np.int64]) -> Any:

@@ -144,11 +144,9 @@ def zorder_values(batch_columns: list[pa.Array], key: ZOrder, width: int) -> pa.
         # Whole words, none cut: they are the decimal's limbs, with no bytes made and read back (a third
         # of the z-values' CPU).
         words = _interleave_words([_ordered_word(column) for column in batch_columns])
-        little = np.zeros((len(words), 2), dtype=np.uint64)  # the least significant limb first
-        np.bitwise_xor(words[:, 0], np.uint64(1 << 63), out=little[:, 1])
-        if words.shape[1] == 2:
-            little[:, 0] = words[:, 1]
-        return pa.Array.from_buffers(pa.decimal128(38, 0), len(words), [None, pa.py_buffer(little)])
+        if words.shape[1] == 1:  # zero padding after it
+            words = np.column_stack([words[:, 0], np.zeros(len(words), dtype=np.uint64)])
+        return _decimal_of_words(words)
     packed = _packed(batch_columns, key)
     assert packed.shape[1] == width, (packed.shape, width)
     rows = len(packed)
@@ -157,11 +155,20 @@ def zorder_values(batch_columns: list[pa.Array], key: ZOrder, width: int) -> pa.
     limbs = 2 if width <= _DECIMAL128_BYTES else 4
     padded = np.zeros((rows, limbs * 8), dtype=np.uint8)
     padded[:, :width] = packed
-    # Little-endian limbs, the most significant last, its top bit flipped: unsigned order as signed.
-    integers = padded.view(">u8").astype(np.uint64)[:, ::-1].copy()
+    return _decimal_of_words(padded.view(">u8").astype(np.uint64))
+
+
+def _decimal_of_words(words: npt.NDArray[np.uint64]) -> pa.Array:
+    """``(rows, 2 or 4)`` words, the most significant first, as a decimal column that orders rows as the
+    words do: little-endian limbs, the most significant last, its top bit flipped (unsigned order as
+    signed)."""
+    import numpy as np
+    import pyarrow as pa
+
+    integers = words[:, ::-1].copy()
     integers[:, -1] ^= np.uint64(1 << 63)
-    kind = pa.decimal128(38, 0) if limbs == 2 else pa.decimal256(76, 0)
-    return pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(integers)])
+    kind = pa.decimal128(38, 0) if words.shape[1] == 2 else pa.decimal256(76, 0)
+    return pa.Array.from_buffers(kind, len(words), [None, pa.py_buffer(integers)])
 
 
 _DECIMAL128_BYTES = 16
