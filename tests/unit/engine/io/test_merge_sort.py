@@ -533,10 +533,19 @@ def _spread_keys(count: int, seed: int) -> pa.Table:
 
 @pytest.mark.parametrize(("fan_in", "passes"), [(64, False), (4, True)])
 def test_passes_over_the_fan_in_merge_in_memory_where_the_range_does(
-    tmp_path: Path, fan_in: int, passes: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fan_in: int, passes: bool
 ) -> None:
     """Runs over the fan-in are merged again first, in memory where their fine key ranges fit a group
-    (spread keys), by DataFusion where they do not (a key too common for memory)."""
+    (spread keys), by DataFusion where they do not (a key too common for memory). What the passes freed is
+    handed back before the last merge."""
+    releases: list[bool] = []
+    release = merge_sort.release_memory
+
+    def counted() -> None:
+        releases.append(True)
+        release()
+
+    monkeypatch.setattr(merge_sort, "release_memory", counted)
     table = _spread_keys(6000, seed=11)
     out, stats = _one_lane_with_stats(table, [("k", True, False)], tmp_path, fan_in)
     assert out.column("k").to_pylist() == sorted(table.column("k").to_pylist())
@@ -544,6 +553,7 @@ def test_passes_over_the_fan_in_merge_in_memory_where_the_range_does(
     assert (stats.ranges_in_memory, stats.ranges_by_datafusion) == (1, 0)
     assert (stats.merge_passes > 0) == passes
     assert stats.memory_passes == stats.merge_passes
+    assert len(releases) == passes  # once, after the range's passes
 
     rng = np.random.default_rng(5)
     keys = np.concatenate([rng.integers(-50_000, 50_000, 4000), np.full(4000, 7)])
