@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 # Airflow home (SQLite metadata DB, the example DAGs folder) before anything imports airflow.
 if not os.environ.get("_ICEBERG_EXEC_TEST_AIRFLOW_HOME"):
     _home = tempfile.mkdtemp(prefix="iceberg-exec-airflow-")
+    atexit.register(shutil.rmtree, _home, True)  # removed with the process that made it
     os.environ["_ICEBERG_EXEC_TEST_AIRFLOW_HOME"] = _home
     os.environ["AIRFLOW_HOME"] = _home
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"

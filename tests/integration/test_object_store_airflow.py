@@ -7,9 +7,11 @@ DEBUG and the error of a failing run are searched for the secrets.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
+import shutil
 import tempfile
 import traceback
 from pathlib import Path
@@ -18,9 +20,10 @@ from typing import Any
 import pytest
 
 # Airflow reads its configuration once, at first import: give it a home of its own first (the same
-# variable as tests/unit/airflow_layer/conftest.py, so whichever is collected first sets it for both).
+# variable as tests/conftest.py, so whichever is collected first sets it for both).
 if not os.environ.get("_ICEBERG_EXEC_TEST_AIRFLOW_HOME"):
     _home = tempfile.mkdtemp(prefix="iceberg-exec-airflow-")
+    atexit.register(shutil.rmtree, _home, True)  # removed with the process that made it
     os.environ["_ICEBERG_EXEC_TEST_AIRFLOW_HOME"] = _home
     os.environ["AIRFLOW_HOME"] = _home
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
