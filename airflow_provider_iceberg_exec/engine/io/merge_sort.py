@@ -364,7 +364,7 @@ class _RunSorter:
             del raw
         while self._sorting:
             self.pieces.extend(self._sorting.popleft().result())
-        _release_memory()  # before the merges
+        release_memory()  # before the merges
         return None
 
     def _sort_and_spill(self, raw: list[pa.RecordBatch], number: int) -> list[_Piece]:
@@ -708,7 +708,7 @@ def _sorted_run(
     raw.clear()
     table = _sort_table(prepared, order)
     del prepared
-    _release_memory()
+    release_memory()
     return table
 
 
@@ -739,13 +739,6 @@ def _collect(
             run, size = [], 0
     if run:
         yield run, False
-
-
-def _release_memory() -> None:
-    """Hand freed buffers back: PyArrow's allocator keeps them cached otherwise."""
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
 
 
 def _sort_table(table: pa.Table, order: Sequence[SortColumn]) -> pa.Table:
@@ -808,8 +801,8 @@ def _splitters(table: pa.Table, order: Sequence[SortColumn], ranges: int) -> pa.
 def _taken(table: pa.Table, indices: pa.Array) -> pa.Table:
     """The rows of ``table`` at ``indices``, column by column (a table's take may join every column's
     chunks first, a whole copy more at once), each from its chunks: PyArrow 23 and 26 take from chunks in
-    place, in as much CPU as from a joined column for a run of 220K rows in 27 chunks and in 35 % less for
-    a merge group's 1,700 chunks, with no joined copy held."""
+    place, in as much CPU as from a joined column for a run of 220K rows in 27 chunks and in a third less
+    for a merge group's 1,700 chunks, with no joined copy held."""
     import pyarrow as pa
 
     return pa.Table.from_arrays(
@@ -1414,6 +1407,6 @@ def _reduced(
         ]
     if number:
         # What the passes' merges freed, on their threads, goes back before the last merge: kept by the
-        # allocators, it stood under the last merge's peak (the 10x sort: 439 MiB against 477-493)
+        # allocators, it stood under the last merge's peak (the 10x sort: 439-443 MiB against 468-493)
         release_memory()
     return pieces
