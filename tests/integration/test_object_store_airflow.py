@@ -7,26 +7,13 @@ DEBUG and the error of a failing run are searched for the secrets.
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
-import os
-import shutil
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-# Airflow reads its configuration once, at first import: give it a home of its own first (the same
-# variable as tests/conftest.py, so whichever is collected first sets it for both).
-if not os.environ.get("_ICEBERG_EXEC_TEST_AIRFLOW_HOME"):
-    _home = tempfile.mkdtemp(prefix="iceberg-exec-airflow-")
-    atexit.register(shutil.rmtree, _home, True)  # removed with the process that made it
-    os.environ["_ICEBERG_EXEC_TEST_AIRFLOW_HOME"] = _home
-    os.environ["AIRFLOW_HOME"] = _home
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
 from airflow_provider_iceberg_exec.demo import make_fragmented_table
 from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog
