@@ -177,11 +177,16 @@ def _checksum_sql_expr(columns: list[str]) -> str:
     return f"xxhash64({', '.join(parts)})"
 
 
-def spark_rows_checksum(spark: SparkSession, metadata_location: str) -> tuple[int, int]:
+def spark_rows_checksum(
+    spark: SparkSession, metadata_location: str, where: str | None = None
+) -> tuple[int, int]:
     """``(row count, order-independent checksum)`` of the live rows of the table whose metadata.json is
-    ``metadata_location``, read by Spark (Java Iceberg): the sum mod 2**64 of xxhash64 over every
-    top-level column of every row. Independent of the code under test and of PyIceberg."""
+    ``metadata_location`` (those ``where`` holds for, if given), read by Spark (Java Iceberg): the sum mod
+    2**64 of xxhash64 over every top-level column of every row. Independent of the code under test and of
+    PyIceberg."""
     df = spark.read.format("iceberg").load(metadata_location)
+    if where is not None:
+        df = df.where(where)
     expr = _checksum_sql_expr(df.columns)
     row = df.selectExpr("count(*) AS n", f"coalesce(sum(CAST({expr} AS DECIMAL(38,0))), 0) AS s").collect()[0]
     return int(row["n"]), int(row["s"]) & _MASK
