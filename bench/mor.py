@@ -358,8 +358,8 @@ def generate_deletes(
         final = "file://" + _local(metadata_location(spark, SPARK_TABLE))
         started = time.monotonic()
         if checksum_by == "predicate":
-            # The data snapshot's rows the deletes leave, by their predicates (Spark's read through the
-            # deletes reloads every equality delete file for each data file: hours at 200M rows).
+            # The data snapshot's rows the deletes leave, by their predicates: Spark's read through the
+            # deletes took 207 s at 20M rows (1M equality keys), far more than its reads of the data.
             count, checksum = spark_rows_checksum(spark, described["data_metadata_location"], LIVE_WHERE)
         else:
             count, checksum = spark_rows_checksum(spark, final)
@@ -924,7 +924,7 @@ def build_parser(description: str, default_out: str, cases: tuple[str, ...]) -> 
         default="deletes",
         help="how Spark reads the pristine live rows' checksum when it generates the table: through its "
         "deletes (default), or from the data snapshot by the deletes' predicates (for 100M rows and more: "
-        "through the deletes it reloads every equality delete file for each data file)",
+        "its read through the equality deletes took 207 s at 20M rows)",
     )
     parser.add_argument("--out", default=default_out, help="cache and results")
     parser.add_argument("--cases", default=",".join(cases), help=f"comma-separated, from {', '.join(cases)}")
