@@ -35,6 +35,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.deletes import apply
+from airflow_provider_iceberg_exec.engine.deletes import mapped as mapped_module
 from airflow_provider_iceberg_exec.engine.deletes.mapped import map_delete_keys
 from airflow_provider_iceberg_exec.engine.deletes.vectors import decode_deletion_vector
 from airflow_provider_iceberg_exec.engine.meta.scan import scan_data_files
@@ -51,16 +52,27 @@ SCHEMA = Schema(
 )
 
 
-@pytest.fixture(params=["held", "mapped", "joined"])
+@pytest.fixture(params=["held", "mapped", "mapped-hashes", "joined"])
 def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Equality deletes held in memory and matched as the data files stream; mapped from disk (no share
     of the memory limit for their rows, only for their hashes; sorted in many small hash ranges) and
-    matched as the data files stream; or (no share at all) matched first by the key join of
+    matched as the data files stream; the same with their hashes mapped too (as if the hashes were over
+    their share; searched a few at a time); or (no share at all) matched first by the key join of
     engine/deletes/matches.py: the same rows go."""
-    if request.param in ("mapped", "joined"):
+    mapping = request.param in ("mapped", "mapped-hashes")
+    if mapping or request.param == "joined":
         monkeypatch.setattr(apply, "HELD_SHARE", 0)
-    if request.param == "mapped":
+    if mapping:
         monkeypatch.setattr(apply, "_map_bucket_bytes", lambda limits: 256)
+    if request.param == "mapped-hashes":
+        real_bytes = mapped_module.mapped_bytes
+        monkeypatch.setattr(
+            apply,
+            "mapped_bytes",
+            lambda rows, *, hashes_held=True: 1 << 62 if hashes_held else real_bytes(rows),
+        )
+        monkeypatch.setattr(mapped_module, "_FENCE_VALUES", 2)
+        monkeypatch.setattr(mapped_module, "_REGION_VALUES", 4)
     if request.param == "joined":
         monkeypatch.setattr(apply, "MAPPED_SHARE", 0)
     mapped = []
@@ -68,12 +80,13 @@ def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         mapped.append(kwargs["directory"])
+        assert kwargs["hold_hashes"] == (request.param != "mapped-hashes")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(apply, "map_delete_keys", spy)
     yield str(request.param)
     if request.param != "held":  # held: kinds over the held share are mapped too
-        assert bool(mapped) == (request.param == "mapped"), "the path the test meant to take"
+        assert bool(mapped) == mapping, "the path the test meant to take"
     assert not any(os.path.exists(d) for d in mapped), "mapped delete rows left on disk"
 
 

@@ -467,11 +467,13 @@ def _map(
     directory: str,
 ) -> tuple[tuple[MappedDeleteKeys, HashSet] | None, int]:
     """The delete rows of one kind, the first of them read into ``batches``, the others still in ``rest``,
-    mapped from ``directory`` (:mod:`.mapped`) when their hashes fit ``budget``; ``None`` otherwise."""
-    rows = sum(d.data_file.record_count for d in kind)
-    if mapped_bytes(rows) > budget:
-        return None, 0
+    mapped from ``directory`` (:mod:`.mapped`), their sorted hashes held in memory when they fit
+    ``budget`` and mapped too when only the bitmap and the fences of them do; ``None`` otherwise."""
     seen = sum(b.num_rows for b in batches)
+    rows = max(seen, sum(d.data_file.record_count for d in kind))
+    hold_hashes = mapped_bytes(rows) <= budget
+    if not hold_hashes and mapped_bytes(rows, hashes_held=False) > budget:
+        return None, 0
     row_bytes = sum(b.nbytes for b in batches) / max(1, seen)
     seq_column, part_column = batches[0].schema.names[-2:]
 
@@ -483,19 +485,20 @@ def _map(
     mapped = map_delete_keys(
         everything(),
         names,
-        rows=max(rows, seen),
+        rows=rows,
         row_bytes=row_bytes,
         is_global=is_global,
         directory=directory,
         bucket_bytes=_map_bucket_bytes(limits),
         seq_column=seq_column,
         part_column=part_column,
+        hold_hashes=hold_hashes,
     )
     # Sorting the ranges peaked at a few times a range: hand that back before the data streams.
     release_memory()
     if mapped is None:
         return None, 0
-    return (mapped, mapped.hashes), mapped_bytes(len(mapped))
+    return (mapped, mapped.hashes), mapped.held_bytes
 
 
 def _map_bucket_bytes(limits: ResourceLimits) -> int:

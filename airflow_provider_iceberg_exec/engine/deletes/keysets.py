@@ -17,7 +17,7 @@ dates, times, timestamps, strings, UUIDs, fixed and binary. Float, double and bo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,6 +35,8 @@ __all__ = [
     "hashable",
     "in_sorted",
     "key_hashes",
+    "searched",
+    "searched_bounds",
 ]
 
 #: bytes one key's hash costs in memory
@@ -120,9 +122,47 @@ def in_sorted(values: npt.NDArray[Any], sorted_unique: npt.NDArray[Any]) -> npt.
 
     if not len(sorted_unique):
         return np.zeros(len(values), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_unique, values), len(sorted_unique) - 1)
+    at = np.minimum(searched(sorted_unique, values), len(sorted_unique) - 1)
     found: npt.NDArray[np.bool_] = sorted_unique[at] == values
     return found
+
+
+def searched(
+    ordered: npt.NDArray[Any], values: npt.NDArray[Any], side: Literal["left", "right"] = "left"
+) -> npt.NDArray[np.intp]:
+    """``np.searchsorted(ordered, values, side)``, the values searched in their own order: searched as they
+    come, each search misses the CPU's caches once ``ordered`` outgrows them (10M hashes: 860 ns a value
+    against 110 sorted first, the sort included; 1M: 180 against 95; 100K: 95 against 70).
+
+    >>> import numpy as np
+    >>> searched(np.array([10, 20, 30]), np.array([25, 5, 30])).tolist()
+    [2, 0, 2]
+    >>> searched(np.array([10, 20, 30]), np.array([25, 5, 30]), "right").tolist()
+    [2, 0, 3]
+    """
+    import numpy as np
+
+    order = np.argsort(values)
+    found = np.empty(len(values), dtype=np.intp)
+    found[order] = np.searchsorted(ordered, values[order], side=side)
+    return found
+
+
+def searched_bounds(
+    ordered: npt.NDArray[Any], values: npt.NDArray[Any]
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Where each of ``values`` starts in ``ordered`` and how many times it is there (as :func:`searched`,
+    one sort of the values for both searches)."""
+    import numpy as np
+
+    order = np.argsort(values)
+    ordered_values = values[order]
+    low = np.empty(len(values), dtype=np.intp)
+    count = np.empty(len(values), dtype=np.intp)
+    low[order] = np.searchsorted(ordered, ordered_values, side="left")
+    count[order] = np.searchsorted(ordered, ordered_values, side="right")
+    count -= low
+    return low, count
 
 
 class HashSet:
@@ -135,6 +175,7 @@ class HashSet:
     #: bytes of the bitmap, whatever the number of hashes
     BITMAP_BYTES = 1 << 22
     _SHIFT = 7  # 32-bit hashes, 2**25 bits
+    _BUILD_CHUNK = 1 << 20
 
     def __init__(self, hashes: npt.NDArray[np.uint32], *, presorted: bool = False) -> None:
         import numpy as np
@@ -142,8 +183,11 @@ class HashSet:
         #: ``presorted``: ``hashes`` are in ascending order already (repeats allowed) and kept as they are
         self._sorted = hashes if presorted else np.unique(hashes)
         self._bits = np.zeros(self.BITMAP_BYTES, dtype=np.uint8)
-        slots = (self._sorted >> np.uint32(self._SHIFT)).astype(np.int64)
-        np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
+        for start in range(0, len(self._sorted), self._BUILD_CHUNK):  # temporaries of 8 bytes a hash
+            slots = (self._sorted[start : start + self._BUILD_CHUNK] >> np.uint32(self._SHIFT)).astype(
+                np.int64
+            )
+            np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
 
     def __len__(self) -> int:
         return len(self._sorted)
@@ -163,8 +207,16 @@ class HashSet:
         )
         maybe = np.flatnonzero(found)
         if len(maybe):
-            found[maybe] = in_sorted(hashes[maybe], self._sorted)
+            found[maybe] = self._among(hashes[maybe])
         return found
+
+    def bounds(self, hashes: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """Where each of ``hashes`` starts in :attr:`sorted` and how many times it is there."""
+        return searched_bounds(self._sorted, hashes)
+
+    def _among(self, hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
+        """Which of ``hashes`` (those the bitmap lets through) are in the set."""
+        return in_sorted(hashes, self._sorted)
 
 
 def _slots(hashes: npt.NDArray[np.uint32], partitions: npt.NDArray[np.int32]) -> npt.NDArray[np.uint64]:
@@ -255,8 +307,7 @@ class KeySet:
             partitions if self._partitioned and partitions is not None else np.zeros(len(hashes), np.int32)
         )
         slots = _slots(hashes, parts)
-        low = np.searchsorted(self._slots, slots, side="left")
-        count = np.searchsorted(self._slots, slots, side="right") - low
+        low, count = searched_bounds(self._slots, slots)
         total = int(count.sum())
         if total > self.MAX_CANDIDATES and len(hashes) > 1:
             half = len(hashes) // 2

@@ -18,11 +18,13 @@ the file), so the process's resident memory does not grow with the file.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import mmap
 import os
 import shutil
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from airflow_provider_iceberg_exec.engine.deletes.keysets import (
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import pyarrow as pa
 
-__all__ = ["MappedDeleteKeys", "map_delete_keys", "mapped_bytes", "remove_mapped"]
+__all__ = ["MappedDeleteKeys", "MappedHashSet", "map_delete_keys", "mapped_bytes", "remove_mapped"]
 
 #: most hash ranges the delete rows are split into (each an open stager with a buffered row group)
 _MAX_RANGES = 256
@@ -50,9 +52,79 @@ _ROW_DTYPE = [("seq", "<i8"), ("part", "<i4")]
 _HASH = "__iceberg_exec_mapped_hash"
 
 
-def mapped_bytes(rows: int) -> int:
-    """Memory :class:`MappedDeleteKeys` holds for ``rows`` delete rows: their hashes and the bitmap."""
-    return rows * HASH_BYTES + HashSet.BITMAP_BYTES
+#: sorted hashes a fence of :class:`MappedHashSet` stands for (a page of them)
+_FENCE_VALUES = 1024
+#: sorted hashes a lookup of :class:`MappedHashSet` searches before their pages are dropped (2 MiB)
+_REGION_VALUES = 1 << 19
+
+
+def mapped_bytes(rows: int, *, hashes_held: bool = True) -> int:
+    """Memory :class:`MappedDeleteKeys` holds for ``rows`` delete rows: their hashes and the bitmap, or,
+    with the hashes mapped too, the bitmap, a fence every :data:`_FENCE_VALUES` hashes and the region of
+    them a lookup holds."""
+    if hashes_held:
+        return rows * HASH_BYTES + HashSet.BITMAP_BYTES
+    fences = -(-rows // _FENCE_VALUES) * HASH_BYTES
+    return HashSet.BITMAP_BYTES + fences + _REGION_VALUES * HASH_BYTES
+
+
+class MappedHashSet(HashSet):
+    """A :class:`~.keysets.HashSet` whose sorted hashes (repeats allowed) are mapped from disk: in memory
+    only its bitmap and a fence every :data:`_FENCE_VALUES` hashes. A lookup searches its hashes in
+    ascending order, those of one region of :data:`_REGION_VALUES` sorted hashes at a time, and drops the
+    region's pages once it is searched, so the mapping holds about a region in the process whatever its
+    size: 10M delete rows' hashes are 40 MB, more than a 64 MiB limit's share for them."""
+
+    def __init__(self, mapped: mmap.mmap, drop: Callable[[tuple[int, int]], None]) -> None:
+        import numpy as np
+
+        ordered = np.frombuffer(mapped, dtype=np.uint32)
+        super().__init__(ordered, presorted=True)
+        self._fences = ordered[::_FENCE_VALUES].copy()
+        self._drop = drop
+        self._size = len(mapped)
+        drop((0, self._size))
+
+    def bounds(self, hashes: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        import numpy as np
+
+        low = np.empty(len(hashes), dtype=np.intp)
+        count = np.empty(len(hashes), dtype=np.intp)
+        for rows in self._by_region(hashes):
+            low[rows] = np.searchsorted(self._sorted, hashes[rows], side="left")
+            count[rows] = np.searchsorted(self._sorted, hashes[rows], side="right") - low[rows]
+        return low, count
+
+    def _among(self, hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
+        import numpy as np
+
+        found = np.empty(len(hashes), dtype=bool)
+        last = len(self._sorted) - 1
+        for rows in self._by_region(hashes):
+            at = np.minimum(np.searchsorted(self._sorted, hashes[rows]), last)
+            found[rows] = self._sorted[at] == hashes[rows]
+        return found
+
+    def _by_region(self, hashes: npt.NDArray[np.uint32]) -> Iterator[npt.NDArray[np.intp]]:
+        """The indexes of ``hashes``, ascending by hash, one region of the sorted hashes after another; each
+        region's pages dropped once its hashes are searched, and the whole mapping's at the end (the pages
+        the searches' first steps touch, outside the regions)."""
+        import numpy as np
+
+        if not len(self._sorted) or not len(hashes):
+            return
+        order = np.argsort(hashes)
+        fence = np.maximum(np.searchsorted(self._fences, hashes[order], side="right") - 1, 0)
+        region = fence // (_REGION_VALUES // _FENCE_VALUES)
+        cuts = [0, *(np.flatnonzero(region[1:] != region[:-1]) + 1).tolist(), len(order)]
+        try:
+            for start, stop in itertools.pairwise(cuts):
+                yield order[start:stop]
+                first = int(region[start]) * _REGION_VALUES * HASH_BYTES
+                page = first // mmap.PAGESIZE * mmap.PAGESIZE
+                self._drop((page, min(self._size, first + _REGION_VALUES * HASH_BYTES)))
+        finally:
+            self._drop((0, self._size))
 
 
 class MappedDeleteKeys:
@@ -64,7 +136,8 @@ class MappedDeleteKeys:
 
     :param keys_path: the Arrow IPC file of the key columns, one record batch per hash range.
     :param rows_path: each row's sequence number and partition id (:data:`_ROW_DTYPE`), in the same order.
-    :param hashes: each row's key hash, in the same (ascending) order.
+    :param hashes: each row's key hash, in the same (ascending) order, or the file of them (4 bytes each,
+        native order), then mapped too (:class:`MappedHashSet`).
     :param is_global: the deletes apply whatever the data row's partition.
     """
 
@@ -72,16 +145,23 @@ class MappedDeleteKeys:
     MAX_CANDIDATES = 1 << 20
 
     def __init__(
-        self, keys_path: str, rows_path: str, hashes: npt.NDArray[np.uint32], *, is_global: bool
+        self, keys_path: str, rows_path: str, hashes: npt.NDArray[np.uint32] | str, *, is_global: bool
     ) -> None:
         import numpy as np
         import pyarrow as pa
 
         self._global = is_global
-        #: the hashes in ascending order, with repeats: their positions are the mapped rows'
-        self.hashes = HashSet(hashes, presorted=True)
         self._maps: list[mmap.mmap] = []
         self._lock = threading.Lock()
+        #: the hashes in ascending order, with repeats: their positions are the mapped rows'
+        self.hashes: HashSet
+        if isinstance(hashes, str):
+            mapped = self._map(hashes)
+            self.hashes = MappedHashSet(mapped, functools.partial(self._drop, mapped))
+        else:
+            self.hashes = HashSet(hashes, presorted=True)
+        #: bytes of memory the hashes take (:func:`mapped_bytes`)
+        self.held_bytes = mapped_bytes(len(self.hashes), hashes_held=not isinstance(hashes, str))
         keys = self._map(keys_path)
         self._keys_map = keys
         view = pa.py_buffer(keys)
@@ -92,7 +172,7 @@ class MappedDeleteKeys:
         self._rows_map = self._map(rows_path)
         rows = np.frombuffer(self._rows_map, dtype=np.dtype(_ROW_DTYPE))
         self._seqs, self._parts = rows["seq"], rows["part"]
-        if not (len(rows) == len(hashes) == self._starts[-1]):
+        if not (len(rows) == len(self.hashes) == self._starts[-1]):
             raise ValueError("mapped delete rows, their hashes and their keys differ in length")
 
     def _map(self, path: str) -> mmap.mmap:
@@ -136,9 +216,7 @@ class MappedDeleteKeys:
         import numpy as np
         import pyarrow as pa
 
-        ordered = self.hashes.sorted
-        low = np.searchsorted(ordered, hashes, side="left")
-        count = np.searchsorted(ordered, hashes, side="right") - low
+        low, count = self.hashes.bounds(hashes)
         total = int(count.sum())
         if total > self.MAX_CANDIDATES and len(hashes) > 1:  # keys repeated in many partitions: halves
             half = len(hashes) // 2
@@ -216,9 +294,11 @@ def map_delete_keys(
     bucket_bytes: int,
     seq_column: str,
     part_column: str,
+    hold_hashes: bool = True,
 ) -> MappedDeleteKeys | None:
     """Write the delete rows of ``batches`` (key columns ``names``, a sequence number and a partition id
     column) to ``directory`` in key-hash order, deduplicated, and map them; ``None`` when there are none.
+    Their sorted key hashes are held in memory, or, without ``hold_hashes``, written and mapped too.
 
     :param rows: about how many rows ``batches`` hold (the delete files' record counts).
     :param row_bytes: about the Arrow bytes of a row: with ``rows``, how many hash ranges to split into.
@@ -236,6 +316,7 @@ def map_delete_keys(
     ]
     keys_path = os.path.join(directory, "keys.arrow")
     rows_path = os.path.join(directory, "rows.bin")
+    hashes_path = os.path.join(directory, "hashes.bin")
     hashes: list[npt.NDArray[np.uint32]] = []
     try:
         for batch in batches:
@@ -260,7 +341,10 @@ def map_delete_keys(
             return None
         schema: pa.Schema | None = None
         writer = None
-        with open(rows_path, "wb") as rows_out:
+        with (
+            open(rows_path, "wb") as rows_out,
+            contextlib.nullcontext() if hold_hashes else open(hashes_path, "wb") as hashes_out,
+        ):
             for stager, has_rows in zip(stagers, written, strict=True):
                 if not has_rows:
                     continue
@@ -276,14 +360,19 @@ def map_delete_keys(
                 record = np.empty(len(seqs), dtype=np.dtype(_ROW_DTYPE))
                 record["seq"], record["part"] = seqs, parts
                 record.tofile(rows_out)
-                hashes.append(sorted_hashes)
+                if hold_hashes:
+                    hashes.append(sorted_hashes)
+                else:
+                    assert hashes_out is not None
+                    sorted_hashes.astype(np.uint32).tofile(hashes_out)
                 del chunk, sorted_keys
         assert writer is not None
         writer.close()
     finally:
         for stager in stagers:
             stager.remove()
-    return MappedDeleteKeys(keys_path, rows_path, np.concatenate(hashes), is_global=is_global)
+    held = np.concatenate(hashes) if hold_hashes else hashes_path
+    return MappedDeleteKeys(keys_path, rows_path, held, is_global=is_global)
 
 
 def _span(chunk: pa.RecordBatch, base: int, size: int) -> tuple[int, int]:

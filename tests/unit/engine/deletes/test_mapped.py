@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import mmap
 import os
 import uuid
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -17,9 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_iceberg_exec.engine.deletes import mapped as mapped_module
-from airflow_provider_iceberg_exec.engine.deletes.keysets import DeleteKeys, key_hashes
+from airflow_provider_iceberg_exec.engine.deletes.keysets import DeleteKeys, HashSet, key_hashes
 from airflow_provider_iceberg_exec.engine.deletes.mapped import (
     MappedDeleteKeys,
+    MappedHashSet,
     map_delete_keys,
     mapped_bytes,
     remove_mapped,
@@ -37,6 +40,7 @@ def _map(
     is_global: bool,
     bucket_bytes: int = 1,
     batch_rows: int = 7,
+    hold_hashes: bool = True,
 ) -> MappedDeleteKeys | None:
     """The delete rows in batches of ``batch_rows``; ``bucket_bytes=1``: as many hash ranges as rows."""
     names = [f"k{i}" for i in range(len(columns))]
@@ -53,6 +57,7 @@ def _map(
         bucket_bytes=bucket_bytes,
         seq_column=SEQ,
         part_column=PART,
+        hold_hashes=hold_hashes,
     )
 
 
@@ -194,12 +199,100 @@ def test_memory_is_the_hashes_and_the_mapped_pages_are_dropped(tmp_path: Path) -
     assert not os.path.exists(directory)
 
 
-def test_staged_ranges_are_removed_once_mapped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hold_hashes", [True, False])
+def test_staged_ranges_are_removed_once_mapped(tmp_path: Path, hold_hashes: bool) -> None:
     directory = tmp_path / "m"
-    held = _map(str(directory), [pa.array(["a", "b", "c"])], [1, 1, 1], [0, 0, 0], is_global=True)
+    held = _map(
+        str(directory),
+        [pa.array(["a", "b", "c"])],
+        [1, 1, 1],
+        [0, 0, 0],
+        is_global=True,
+        hold_hashes=hold_hashes,
+    )
     assert held is not None
-    assert sorted(os.listdir(directory)) == ["keys.arrow", "rows.bin"]
+    hashes = [] if hold_hashes else ["hashes.bin"]
+    assert sorted(os.listdir(directory)) == sorted(["keys.arrow", "rows.bin", *hashes])
     held.close()
+
+
+def _mapped_hashes(path: Path, hashes: np.ndarray) -> tuple[MappedHashSet, list[tuple[int, int]], mmap.mmap]:
+    """``hashes`` (sorted) written to ``path`` and mapped; the spans the set drops, as it drops them."""
+    hashes.astype(np.uint32).tofile(path)
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    dropped: list[tuple[int, int]] = []
+
+    def drop(span: tuple[int, int]) -> None:
+        dropped.append(span)
+        mapped.madvise(mmap.MADV_DONTNEED, span[0], span[1] - span[0])
+
+    return MappedHashSet(mapped, drop), dropped, mapped
+
+
+@pytest.mark.parametrize(("fence", "region"), [(2, 4), (4, 4), (1024, 1 << 19)])
+def test_mapped_hashes_answer_as_held_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fence: int, region: int
+) -> None:
+    """Repeated hashes (a run across fences and regions), the smallest and largest, values between and
+    beyond them: where each starts, how many there are, and whether it is there, as in memory."""
+    monkeypatch.setattr(mapped_module, "_FENCE_VALUES", fence)
+    monkeypatch.setattr(mapped_module, "_REGION_VALUES", region)
+    rng = np.random.default_rng(3)
+    ordered = np.sort(
+        np.concatenate([rng.integers(5, 400, 300), np.full(9, 200), [0, 2**32 - 1]]).astype(np.uint32)
+    )
+    in_memory = HashSet(ordered, presorted=True)
+    mapped, _dropped, handle = _mapped_hashes(tmp_path / "hashes.bin", ordered)
+    probe = np.concatenate([ordered, ordered + 1, ordered - 1, rng.integers(0, 2**32, 500)]).astype(np.uint32)
+    rng.shuffle(probe)
+    assert len(mapped) == len(ordered)
+    assert mapped.contains(probe).tolist() == in_memory.contains(probe).tolist()
+    low, count = mapped.bounds(probe)
+    expected_low, expected_count = in_memory.bounds(probe)
+    assert low.tolist() == expected_low.tolist()
+    assert count.tolist() == expected_count.tolist()
+    del mapped, in_memory
+    handle.close()
+
+
+def _resident_kib(path: Path) -> int:
+    """Kilobytes of the mapping of ``path`` resident in this process (/proc/self/smaps)."""
+    resident, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if line[0] in "0123456789abcdef" and "-" in line.split()[0]:
+                inside = line.rstrip().endswith(str(path))
+            elif inside and line.startswith("Rss:"):
+                resident += int(line.split()[1])
+    return resident
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads /proc/self/smaps")
+def test_a_lookup_drops_each_region_of_the_mapped_hashes_and_leaves_none(tmp_path: Path) -> None:
+    """2M hashes (8 MB, four regions): after building the bitmap and after a lookup, none of the mapping's
+    pages stay in the process; every region searched was dropped on its own."""
+    path = tmp_path / "hashes.bin"
+    ordered = np.sort(np.random.default_rng(5).integers(0, 2**32, 2_000_000, dtype=np.uint64)).astype(
+        np.uint32
+    )
+    mapped, dropped, handle = _mapped_hashes(path, ordered)
+    assert _resident_kib(path) == 0
+    dropped.clear()
+    found = mapped.contains(ordered[::3])
+    assert found.all()
+    assert _resident_kib(path) == 0
+    region_bytes = mapped_module._REGION_VALUES * 4
+    size = len(ordered) * 4
+    assert sorted(dropped[:-1]) == [(r * region_bytes, min(size, (r + 1) * region_bytes)) for r in range(4)]
+    assert dropped[-1] == (0, size)
+    del mapped
+    handle.close()
+
+
+def test_mapped_hashes_take_their_bitmap_fences_and_a_region() -> None:
+    assert mapped_bytes(10_000_000, hashes_held=False) == (4 << 20) + 4 * 9766 + (2 << 20)
+    assert mapped_bytes(10_000_000) == 40_000_000 + (4 << 20)
 
 
 keys_strategy = st.lists(st.one_of(st.none(), st.integers(0, 6)), min_size=0, max_size=30)
@@ -213,6 +306,7 @@ keys_strategy = st.lists(st.one_of(st.none(), st.integers(0, 6)), min_size=0, ma
     seed=st.integers(0, 2**16),
     is_global=st.booleans(),
     bucket_bytes=st.sampled_from([1, 64, 1 << 20]),
+    hold_hashes=st.booleans(),
 )
 def test_agrees_with_the_rule_row_by_row(
     tmp_path_factory: pytest.TempPathFactory,
@@ -222,6 +316,7 @@ def test_agrees_with_the_rule_row_by_row(
     seed: int,
     is_global: bool,
     bucket_bytes: int,
+    hold_hashes: bool,
 ) -> None:
     rng = np.random.default_rng(seed)
     d_names = delete_names[: len(delete_ids)]
@@ -231,14 +326,19 @@ def test_agrees_with_the_rule_row_by_row(
     seqs = rng.integers(0, 5, len(data_ids)).tolist()
     parts = rng.integers(0, 3, len(data_ids)).tolist()
     directory = str(tmp_path_factory.mktemp("mapped"))
-    held = _map(
-        directory,
-        [pa.array(delete_ids, pa.int64()), pa.array(d_names, pa.string())],
-        d_seqs,
-        d_parts,
-        is_global=is_global,
-        bucket_bytes=bucket_bytes,
-    )
+    with (  # mapped hashes searched a region of two at a time
+        mock.patch.object(mapped_module, "_FENCE_VALUES", 1),
+        mock.patch.object(mapped_module, "_REGION_VALUES", 2),
+    ):
+        held = _map(
+            directory,
+            [pa.array(delete_ids, pa.int64()), pa.array(d_names, pa.string())],
+            d_seqs,
+            d_parts,
+            is_global=is_global,
+            bucket_bytes=bucket_bytes,
+            hold_hashes=hold_hashes,
+        )
     expected = [
         any(
             (delete_ids[j], d_names[j]) == (data_ids[i], names[i])
@@ -251,7 +351,11 @@ def test_agrees_with_the_rule_row_by_row(
     if held is None:
         assert not delete_ids
         return
-    got = _deleted(held, [pa.array(data_ids, pa.int64()), pa.array(names, pa.string())], seqs, parts)
+    with (
+        mock.patch.object(mapped_module, "_FENCE_VALUES", 1),
+        mock.patch.object(mapped_module, "_REGION_VALUES", 2),
+    ):
+        got = _deleted(held, [pa.array(data_ids, pa.int64()), pa.array(names, pa.string())], seqs, parts)
     held.close()
     assert got == expected
 
@@ -259,6 +363,7 @@ def test_agrees_with_the_rule_row_by_row(
 def test_module_names_what_it_exports() -> None:
     assert set(mapped_module.__all__) == {
         "MappedDeleteKeys",
+        "MappedHashSet",
         "map_delete_keys",
         "mapped_bytes",
         "remove_mapped",
