@@ -368,3 +368,32 @@ def test_module_names_what_it_exports() -> None:
         "mapped_bytes",
         "remove_mapped",
     }
+
+
+def test_a_probe_reads_the_rows_file_a_region_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sequence numbers and partition ids of the candidates are read region by region of the rows file,
+    each region's pages dropped once read: the probe never holds the pages of the whole file at once."""
+    monkeypatch.setattr(mapped_module, "_REGION_VALUES", 1024)  # 4 KiB: 341 rows of 12 bytes
+    keys = [f"key-{i:06d}" for i in range(20_000)]
+    held = _map(str(tmp_path / "m"), [pa.array(keys)], [5] * len(keys), [0] * len(keys), is_global=True)
+    assert held is not None
+    dropped: list[tuple[int, int]] = []
+    real = held._drop
+
+    def spy(mapped: mmap.mmap, span: tuple[int, int]) -> None:
+        if mapped is held._rows_map:
+            dropped.append(span)
+        real(mapped, span)
+
+    monkeypatch.setattr(held, "_drop", spy)
+    probe = keys[::5]
+    assert _deleted(held, [pa.array(probe)], [1] * len(probe), [0] * len(probe)) == [True] * len(probe)
+    size = len(held) * 12
+    assert len(dropped) > 10
+    assert all(end - start <= 2 * 4096 for start, end in dropped)
+    assert sorted(dropped) == dropped  # in ascending order, as the rows are read
+    assert dropped[0][0] == 0
+    assert dropped[-1][1] >= size
+    held.close()
