@@ -143,9 +143,6 @@ class MappedDeleteKeys:
 
     #: most candidate pairs (probe row, mapped row of the same hash) compared at once
     MAX_CANDIDATES = 1 << 20
-    #: candidates whose keys are taken before the pages they touched are dropped: each take maps up to
-    #: 64 KiB, so at most 16 MiB
-    TAKEN_AT_ONCE = 256
 
     def __init__(
         self, keys_path: str, rows_path: str, hashes: npt.NDArray[np.uint32] | str, *, is_global: bool
@@ -171,13 +168,6 @@ class MappedDeleteKeys:
         reader = pa.ipc.open_file(view)
         self._chunks = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         self._spans = [_span(chunk, view.address, len(keys)) for chunk in self._chunks]
-        #: every key column over all the chunks (no copy)
-        self._columns = [
-            pa.chunked_array(
-                [chunk.column(i) for chunk in self._chunks], self._chunks[0].schema.field(i).type
-            )
-            for i in range(self._chunks[0].num_columns)
-        ]
         self._starts = np.cumsum([0, *(c.num_rows for c in self._chunks)]).astype(np.int64)
         self._rows_map = self._map(rows_path)
         self._rows = np.frombuffer(self._rows_map, dtype=np.dtype(_ROW_DTYPE))
@@ -253,26 +243,25 @@ class MappedDeleteKeys:
         rows, at = rows[possible], at[possible]
         if not len(rows):
             return
-        # The candidates' keys are taken from the mapping's chunks at once (a chunked take resolves each
-        # row's chunk, without joining them), in file order, :data:`TAKEN_AT_ONCE` at a time: the kernel
-        # maps up to 64 KiB around each page a take faults in, so the pages of the chunks a slice spans
-        # are dropped before the next (a probe of 10M delete rows spans about 150 chunks).
-        order = np.argsort(at, kind="stable")
-        rows, at = rows[order], at[order]
+        # The candidates' keys are taken chunk by chunk of the mapping (a take across chunks would
+        # concatenate them), then compared at once: a probe of 10M delete rows visits about 150 chunks.
         chunk = np.searchsorted(self._starts, at, side="right") - 1
-        taken: list[list[pa.ChunkedArray]] = [[] for _ in keys]
-        for start in range(0, len(at), self.TAKEN_AT_ONCE):
-            stop = min(len(at), start + self.TAKEN_AT_ONCE)
-            picked = pa.array(at[start:stop])
-            for column_taken, column in zip(taken, self._columns, strict=True):
-                column_taken.append(column.take(picked))
-            first, last = self._spans[int(chunk[start])], self._spans[int(chunk[stop - 1])]
-            self._drop(self._keys_map, (first[0], last[1]))
+        order = np.argsort(chunk, kind="stable")
+        rows, at, chunk = rows[order], at[order], chunk[order]
+        firsts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
+        taken: list[list[pa.Array]] = [[] for _ in keys]
+        for start, end in zip(firsts, [*firsts[1:], len(chunk)], strict=True):
+            held = self._chunks[int(chunk[start])]
+            held_rows = pa.array(at[start:end] - self._starts[chunk[start]])
+            for column_taken, column in zip(taken, held.columns, strict=True):
+                column_taken.append(column.take(held_rows))
+            # The kernel maps up to 64 KiB around each page a take faulted in: a probe touching every
+            # chunk would hold the whole file; dropped chunk by chunk, it holds about one.
+            self._drop(self._keys_map, self._spans[int(chunk[start])])
         probe_rows = pa.array(rows)
         equal = np.ones(len(rows), dtype=bool)
-        for probe, column_taken, column in zip(keys, taken, self._columns, strict=True):
-            held = pa.chunked_array([c for part in column_taken for c in part.chunks], column.type)
-            equal &= equal_null_safe(probe.take(probe_rows), held.combine_chunks())
+        for probe, column_taken in zip(keys, taken, strict=True):
+            equal &= equal_null_safe(probe.take(probe_rows), pa.concat_arrays(column_taken))
         deleted[offset + rows[equal]] = True
 
     def _row_fields(self, at: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
@@ -311,7 +300,7 @@ class MappedDeleteKeys:
 
     def close(self) -> None:
         """Unmap the files (views still alive elsewhere keep a mapping until they go)."""
-        self._chunks = self._columns = []
+        self._chunks = []
         self._rows = None  # type: ignore[assignment]
         for mapped in self._maps:
             with contextlib.suppress(BufferError):  # an array still views it: unmapped when that goes

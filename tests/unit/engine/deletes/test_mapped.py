@@ -81,13 +81,9 @@ def test_no_delete_rows_map_to_nothing(tmp_path: Path) -> None:
     assert _map(str(tmp_path / "m"), [pa.array([], pa.string())], [], [], is_global=True) is None
 
 
-@pytest.mark.parametrize("taken_at_once", [1, 7, 256])
-def test_keys_spread_over_many_ranges_are_found_in_hash_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken_at_once: int
-) -> None:
+def test_keys_spread_over_many_ranges_are_found_in_hash_order(tmp_path: Path) -> None:
     """Thousands of keys in about 256 hash ranges: each range a chunk of the mapped file, the hashes in
-    ascending order, every delete key found and no other, whatever the candidates taken at once."""
-    monkeypatch.setattr(MappedDeleteKeys, "TAKEN_AT_ONCE", taken_at_once)
+    ascending order, every delete key found and no other."""
     keys = [f"key-{i:06d}" for i in range(0, 6000, 2)]
     held = _map(str(tmp_path / "m"), [pa.array(keys)], [5] * len(keys), [0] * len(keys), is_global=True)
     assert held is not None
