@@ -188,6 +188,7 @@ class HashSet:
                 np.int64
             )
             np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
+            self._read(start, min(len(self._sorted), start + self._BUILD_CHUNK))
 
     def __len__(self) -> int:
         return len(self._sorted)
@@ -209,6 +210,9 @@ class HashSet:
         if len(maybe):
             found[maybe] = self._among(hashes[maybe])
         return found
+
+    def _read(self, start: int, stop: int) -> None:
+        """Called once the sorted hashes ``start`` to ``stop`` are read into the bitmap."""
 
     def bounds(self, hashes: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
         """Where each of ``hashes`` starts in :attr:`sorted` and how many times it is there."""

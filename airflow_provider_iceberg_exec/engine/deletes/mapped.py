@@ -79,11 +79,15 @@ class MappedHashSet(HashSet):
         import numpy as np
 
         ordered = np.frombuffer(mapped, dtype=np.uint32)
-        super().__init__(ordered, presorted=True)
-        self._fences = ordered[::_FENCE_VALUES].copy()
         self._drop = drop
         self._size = len(mapped)
+        super().__init__(ordered, presorted=True)
+        self._fences = ordered[::_FENCE_VALUES].copy()
         drop((0, self._size))
+
+    def _read(self, start: int, stop: int) -> None:
+        # the bitmap is built a chunk of hashes at a time: each chunk's pages go once it is read
+        self._drop((start * HASH_BYTES // mmap.PAGESIZE * mmap.PAGESIZE, stop * HASH_BYTES))
 
     def bounds(self, hashes: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
         import numpy as np

@@ -270,20 +270,22 @@ def _resident_kib(path: Path) -> int:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads /proc/self/smaps")
 def test_a_lookup_drops_each_region_of_the_mapped_hashes_and_leaves_none(tmp_path: Path) -> None:
-    """2M hashes (8 MB, four regions): after building the bitmap and after a lookup, none of the mapping's
-    pages stay in the process; every region searched was dropped on its own."""
+    """2M hashes (8 MB, four regions): after building the bitmap (a chunk's pages dropped as it is read)
+    and after a lookup, none of the mapping's pages stay in the process; every region searched was dropped
+    on its own."""
     path = tmp_path / "hashes.bin"
     ordered = np.sort(np.random.default_rng(5).integers(0, 2**32, 2_000_000, dtype=np.uint64)).astype(
         np.uint32
     )
     mapped, dropped, handle = _mapped_hashes(path, ordered)
     assert _resident_kib(path) == 0
+    size = len(ordered) * 4
+    assert dropped == [(0, 4 << 20), (4 << 20, size), (0, size)]  # the bitmap built a million at a time
     dropped.clear()
     found = mapped.contains(ordered[::3])
     assert found.all()
     assert _resident_kib(path) == 0
     region_bytes = mapped_module._REGION_VALUES * 4
-    size = len(ordered) * 4
     assert sorted(dropped[:-1]) == [(r * region_bytes, min(size, (r + 1) * region_bytes)) for r in range(4)]
     assert dropped[-1] == (0, size)
     del mapped
