@@ -175,7 +175,7 @@ class HashSet:
     #: bytes of the bitmap, whatever the number of hashes
     BITMAP_BYTES = 1 << 22
     _SHIFT = 7  # 32-bit hashes, 2**25 bits
-    _BUILD_CHUNK = 1 << 20
+    _BUILD_CHUNK = 1 << 18
 
     def __init__(self, hashes: npt.NDArray[np.uint32], *, presorted: bool = False) -> None:
         import numpy as np

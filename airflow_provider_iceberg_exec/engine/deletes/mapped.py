@@ -86,7 +86,7 @@ class MappedHashSet(HashSet):
         drop((0, self._size))
 
     def _read(self, start: int, stop: int) -> None:
-        # the bitmap is built a chunk of hashes at a time: each chunk's pages go once it is read
+        # the bitmap is built a chunk of hashes at a time (1 MiB): each chunk's pages go once it is read
         self._drop((start * HASH_BYTES // mmap.PAGESIZE * mmap.PAGESIZE, stop * HASH_BYTES))
 
     def bounds(self, hashes: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
