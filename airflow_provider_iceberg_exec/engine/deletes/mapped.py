@@ -3,16 +3,18 @@
 :class:`~.keysets.DeleteKeys` holds every delete row in memory (about the keys' Arrow size); when that
 is more than the memory limit allows, the key join of :mod:`.matches` used to match the data files'
 key columns before the rows streamed, reading each data file's key columns twice. Here only the delete
-rows' sorted 32-bit key hashes (4 bytes a row) and a bitmap of them stay in memory; the rows themselves
-(keys, sequence number, partition id), deduplicated as :class:`~.keysets.DeleteKeys` does, are written
-once in hash order to a local Arrow IPC file and memory-mapped. A data row whose hash no delete row has
+rows' sorted 32-bit key hashes (4 bytes a row) and a bitmap of them stay in memory, or, when even the
+hashes are too many, the bitmap and a fence every 1,024 hashes (:class:`MappedHashSet`, the hashes
+mapped too); the rows themselves (keys, sequence number, partition id), deduplicated as
+:class:`~.keysets.DeleteKeys` does, are written once in hash order to a local Arrow IPC file and
+memory-mapped. A data row whose hash no delete row has
 is not deleted (most rows: a bitmap lookup); the few others are compared, every key column exactly and
 null-safely, with the mapped rows of their hash, so the data files are still read once, as they stream.
 
 The rows are sorted without holding them: they are split by hash range into staged buckets that each
-fit a bucket budget, then each bucket is sorted and appended, range after range. Pages of the mapping
-the comparisons touched are dropped after each probe (``MADV_DONTNEED``; the kernel's page cache keeps
-the file), so the process's resident memory does not grow with the file.
+fit a bucket budget, then each bucket is sorted and appended, range after range. Pages of the mappings
+a probe touched are dropped as it goes, a region or a chunk at a time (``MADV_DONTNEED``; the kernel's
+page cache keeps the files), so the process's resident memory does not grow with the files.
 """
 
 from __future__ import annotations
