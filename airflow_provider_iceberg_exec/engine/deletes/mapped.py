@@ -122,9 +122,8 @@ class MappedHashSet(HashSet):
         order = np.argsort(hashes)
         fence = np.maximum(np.searchsorted(self._fences, hashes[order], side="right") - 1, 0)
         region = fence // (_REGION_VALUES // _FENCE_VALUES)
-        cuts = [0, *(np.flatnonzero(region[1:] != region[:-1]) + 1).tolist(), len(order)]
         try:
-            for start, stop in itertools.pairwise(cuts):
+            for start, stop in _runs(region):
                 yield order[start:stop]
                 first = int(region[start]) * _REGION_VALUES * HASH_BYTES
                 page = first // mmap.PAGESIZE * mmap.PAGESIZE
@@ -254,9 +253,8 @@ class MappedDeleteKeys:
         chunk = np.searchsorted(self._starts, at, side="right") - 1
         order = np.argsort(chunk, kind="stable")
         rows, at, chunk = rows[order], at[order], chunk[order]
-        firsts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
         taken: list[list[pa.Array]] = [[] for _ in keys]
-        for start, end in zip(firsts, [*firsts[1:], len(chunk)], strict=True):
+        for start, end in _runs(chunk):
             held = self._chunks[int(chunk[start])]
             held_rows = pa.array(at[start:end] - self._starts[chunk[start]])
             for column_taken, column in zip(taken, held.columns, strict=True):
@@ -282,8 +280,7 @@ class MappedDeleteKeys:
         per_region = max(1, _REGION_VALUES * HASH_BYTES // item)
         order = np.argsort(at)
         region = at[order] // per_region
-        cuts = [0, *(np.flatnonzero(region[1:] != region[:-1]) + 1).tolist(), len(order)]
-        for start, stop in itertools.pairwise(cuts):
+        for start, stop in _runs(region):
             picked = order[start:stop]
             rows = self._rows[at[picked]]
             seqs[picked], parts[picked] = rows["seq"], rows["part"]
@@ -403,6 +400,21 @@ def map_delete_keys(
             stager.remove()
     held = np.concatenate(hashes) if hold_hashes else hashes_path
     return MappedDeleteKeys(keys_path, rows_path, held, is_global=is_global)
+
+
+def _runs(values: npt.NDArray[np.int64]) -> Iterator[tuple[int, int]]:
+    """Where each run of equal consecutive ``values`` starts and stops.
+
+    >>> import numpy as np
+    >>> list(_runs(np.array([4, 4, 7, 9, 9, 9]))), list(_runs(np.array([], dtype=np.int64)))
+    ([(0, 2), (2, 3), (3, 6)], [])
+    """
+    import numpy as np
+
+    if not len(values):
+        return
+    cuts = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(values)]
+    yield from itertools.pairwise(cuts)
 
 
 def _span(chunk: pa.RecordBatch, base: int, size: int) -> tuple[int, int]:
