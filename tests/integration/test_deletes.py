@@ -34,7 +34,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
-from airflow_provider_iceberg_exec.engine.deletes import apply
+from airflow_provider_iceberg_exec.engine.deletes import apply, matches
 from airflow_provider_iceberg_exec.engine.deletes import mapped as mapped_module
 from airflow_provider_iceberg_exec.engine.deletes.mapped import map_delete_keys
 from airflow_provider_iceberg_exec.engine.deletes.vectors import decode_deletion_vector
@@ -52,15 +52,18 @@ SCHEMA = Schema(
 )
 
 
-@pytest.fixture(params=["held", "mapped", "mapped-hashes", "joined"])
+@pytest.fixture(params=["held", "mapped", "mapped-hashes", "joined", "joined-filtered"])
 def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Equality deletes held in memory and matched as the data files stream; mapped from disk (no share
     of the memory limit for their rows, only for their hashes; sorted in many small hash ranges) and
     matched as the data files stream; the same with their hashes mapped too (as if the hashes were over
     their share; searched a few at a time); or (no share at all) matched first by the key join of
-    engine/deletes/matches.py: the same rows go."""
+    engine/deletes/matches.py, its data rows ruled out by the delete keys' hashes held in memory, or
+    (as if they were over their share) by the hashes sorted on disk and mapped, the join split in buckets:
+    the same rows go."""
     mapping = request.param in ("mapped", "mapped-hashes")
-    if mapping or request.param == "joined":
+    joining = request.param in ("joined", "joined-filtered")
+    if mapping or joining:
         monkeypatch.setattr(apply, "HELD_SHARE", 0)
     if mapping:
         monkeypatch.setattr(apply, "_map_bucket_bytes", lambda limits: 256)
@@ -73,8 +76,26 @@ def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
         )
         monkeypatch.setattr(mapped_module, "_FENCE_VALUES", 2)
         monkeypatch.setattr(mapped_module, "_REGION_VALUES", 4)
-    if request.param == "joined":
+    if joining:
         monkeypatch.setattr(apply, "MAPPED_SHARE", 0)
+    sorted_sets = []
+    if request.param == "joined-filtered":
+        real_bytes = mapped_module.mapped_bytes
+        monkeypatch.setattr(
+            matches,
+            "mapped_bytes",
+            lambda rows, *, hashes_held=True: 1 << 62 if hashes_held else real_bytes(rows),
+        )
+        monkeypatch.setattr(mapped_module, "_FENCE_VALUES", 2)
+        monkeypatch.setattr(mapped_module, "_REGION_VALUES", 4)
+        monkeypatch.setattr(matches, "_keys_budget", lambda limits: 4096)
+        real_sorted = mapped_module.sorted_hash_set
+
+        def sorted_spy(unsorted: str, **kwargs: Any) -> Any:
+            sorted_sets.append(unsorted)
+            return real_sorted(unsorted, **kwargs)
+
+        monkeypatch.setattr(matches, "sorted_hash_set", sorted_spy)
     mapped = []
     real = map_delete_keys
 
@@ -87,7 +108,9 @@ def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     yield str(request.param)
     if request.param != "held":  # held: kinds over the held share are mapped too
         assert bool(mapped) == mapping, "the path the test meant to take"
+    assert bool(sorted_sets) == (request.param == "joined-filtered"), "the join's filter the test meant"
     assert not any(os.path.exists(d) for d in mapped), "mapped delete rows left on disk"
+    assert not any(os.path.exists(p) or os.path.exists(f"{p}.sorted") for p in sorted_sets), "hashes left"
 
 
 def _limits(tmp_path: Path, memory_bytes: int = 64 * MiB) -> ResourceLimits:

@@ -35,6 +35,7 @@ from airflow_provider_iceberg_exec.engine.deletes.keysets import (
 from airflow_provider_iceberg_exec.engine.deletes.mapped import (
     MappedDeleteKeys,
     map_delete_keys,
+    mapped_bitmap_bytes,
     mapped_bytes,
     remove_mapped,
 )
@@ -474,6 +475,7 @@ def _map(
     hold_hashes = mapped_bytes(rows) <= budget
     if not hold_hashes and mapped_bytes(rows, hashes_held=False) > budget:
         return None, 0
+    bitmap_bytes = HashSet.BITMAP_BYTES if hold_hashes else mapped_bitmap_bytes(rows, budget)
     row_bytes = sum(b.nbytes for b in batches) / max(1, seen)
     seq_column, part_column = batches[0].schema.names[-2:]
 
@@ -493,6 +495,7 @@ def _map(
         seq_column=seq_column,
         part_column=part_column,
         hold_hashes=hold_hashes,
+        bitmap_bytes=bitmap_bytes,
     )
     # Sorting the ranges peaked at a few times a range: hand that back before the data streams.
     release_memory()

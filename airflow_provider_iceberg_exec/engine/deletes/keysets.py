@@ -168,23 +168,31 @@ def searched_bounds(
 class HashSet:
     """A set of key hashes: which hashes of a batch are in it.
 
-    A bitmap of the hashes' top 25 bits (4 MiB) answers first; only the hashes it lets through are
-    looked up in the sorted hashes (a search per row cost more than reading and hashing the keys).
+    A bitmap of the hashes' top bits (4 MiB: 25 bits, unless told otherwise) answers first; only the
+    hashes it lets through are looked up in the sorted hashes (a search per row cost more than reading
+    and hashing the keys).
+
+    :param bitmap_bytes: the bitmap's size, a power of two from 1 byte to 512 MiB (2**32 bits).
     """
 
-    #: bytes of the bitmap, whatever the number of hashes
+    #: bytes of the bitmap by default, whatever the number of hashes
     BITMAP_BYTES = 1 << 22
-    _SHIFT = 7  # 32-bit hashes, 2**25 bits
     _BUILD_CHUNK = 1 << 18
 
-    def __init__(self, hashes: npt.NDArray[np.uint32], *, presorted: bool = False) -> None:
+    def __init__(
+        self, hashes: npt.NDArray[np.uint32], *, presorted: bool = False, bitmap_bytes: int = BITMAP_BYTES
+    ) -> None:
         import numpy as np
 
+        bits = (bitmap_bytes * 8).bit_length() - 1
+        if bitmap_bytes < 1 or 1 << bits != bitmap_bytes * 8 or bits > 32:
+            raise ValueError(f"a hash set's bitmap is a power of two bytes up to 512 MiB, not {bitmap_bytes}")
+        self._shift = 32 - bits  # the slot of a hash: its top ``bits`` bits
         #: ``presorted``: ``hashes`` are in ascending order already (repeats allowed) and kept as they are
         self._sorted = hashes if presorted else np.unique(hashes)
-        self._bits = np.zeros(self.BITMAP_BYTES, dtype=np.uint8)
+        self._bits = np.zeros(bitmap_bytes, dtype=np.uint8)
         for start in range(0, len(self._sorted), self._BUILD_CHUNK):  # temporaries of 8 bytes a hash
-            slots = (self._sorted[start : start + self._BUILD_CHUNK] >> np.uint32(self._SHIFT)).astype(
+            slots = (self._sorted[start : start + self._BUILD_CHUNK] >> np.uint32(self._shift)).astype(
                 np.int64
             )
             np.bitwise_or.at(self._bits, slots >> 3, (1 << (slots & 7)).astype(np.uint8))
@@ -202,7 +210,7 @@ class HashSet:
         """Which of ``hashes`` are in the set."""
         import numpy as np
 
-        slots = (hashes >> np.uint32(self._SHIFT)).astype(np.int64)
+        slots = (hashes >> np.uint32(self._shift)).astype(np.int64)
         found: npt.NDArray[np.bool_] = ((self._bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & 1).astype(
             bool
         )

@@ -23,6 +23,7 @@ Rows already deleted by a position delete or a deletion vector are not staged: t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -41,12 +42,16 @@ from airflow_provider_iceberg_exec.engine.deletes.equality import (
 )
 from airflow_provider_iceberg_exec.engine.deletes.fingerprints import KeyFilter
 from airflow_provider_iceberg_exec.engine.deletes.keysets import (
-    HASH_BYTES,
     DeleteKeys,
     HashSet,
     bucket_of,
     hashable,
     key_hashes,
+)
+from airflow_provider_iceberg_exec.engine.deletes.mapped import (
+    mapped_bitmap_bytes,
+    mapped_bytes,
+    sorted_hash_set,
 )
 from airflow_provider_iceberg_exec.engine.deletes.positions import deleted_positions
 from airflow_provider_iceberg_exec.engine.io.position_sort import ORD, POS, sorted_positions
@@ -202,31 +207,44 @@ def _match_kind(
     exact = hashable(key_fields)
     deletes = StagedParquet(os.path.join(spill_dir, f"eq-keys-e{side.number}"))
     try:
-        known = _stage_deletes(
-            io, metadata, kind, key_fields, key_schema, names, partitions, limits, deletes, stats, exact=exact
-        )
-        if not deletes.close():
-            return
-        jobs = [
-            KeyJob(ordinal, scanned, partition_id(partitions, scanned.data_file))
-            for ordinal, scanned in enumerate(files)
-            if any(d.data_file.file_path in side.paths for d in scanned.delete_files)
-        ]
-        read = functools.partial(
-            read_keys, io, metadata, jobs, key_schema, names, known, limits, stats, hashed=exact
-        )
-        if exact:
-            match_keys(
-                deletes,
-                read,
-                functools.partial(_delete_matcher, names=names, is_global=side.is_global),
+        with contextlib.ExitStack() as held:
+            known = _stage_deletes(
+                io,
+                metadata,
+                kind,
+                key_fields,
+                key_schema,
+                names,
+                partitions,
                 limits,
-                spill_dir,
-                f"eq-keys-{side.number}",
-                out,
+                deletes,
+                stats,
+                held,
+                os.path.join(spill_dir, f"eq-hashes-{side.number}.bin"),
+                exact=exact,
             )
-        else:
-            _semi_join_kind(deletes, read, side, key_fields, limits, spill_dir, out)
+            if not deletes.close():
+                return
+            jobs = [
+                KeyJob(ordinal, scanned, partition_id(partitions, scanned.data_file))
+                for ordinal, scanned in enumerate(files)
+                if any(d.data_file.file_path in side.paths for d in scanned.delete_files)
+            ]
+            read = functools.partial(
+                read_keys, io, metadata, jobs, key_schema, names, known, limits, stats, hashed=exact
+            )
+            if exact:
+                match_keys(
+                    deletes,
+                    read,
+                    functools.partial(_delete_matcher, names=names, is_global=side.is_global),
+                    limits,
+                    spill_dir,
+                    f"eq-keys-{side.number}",
+                    out,
+                )
+            else:
+                _semi_join_kind(deletes, read, side, key_fields, limits, spill_dir, out)
     finally:
         deletes.remove()
 
@@ -293,33 +311,52 @@ def _stage_deletes(
     limits: ResourceLimits,
     deletes: StagedParquet,
     stats: MatchStats,
+    held: contextlib.ExitStack,
+    hashes_path: str,
     *,
     exact: bool,
 ) -> HashSet | KeyFilter | None:
     """Stage the delete rows of one kind (with their key hash when ``exact``); return what rules data rows
     out before the match: the set of the delete keys' hashes (``exact``) or their fingerprints, or
-    ``None`` when that would take more than a quarter of the memory limit."""
+    ``None`` when that would take more than a quarter of the memory limit.
+
+    When the hashes do not fit that quarter but their bitmap and fences do, the hashes are written to
+    ``hashes_path``, sorted there and mapped (:func:`~.mapped.sorted_hash_set`, closed by ``held``): only
+    the data rows whose hash a delete row has are then staged for the match (measured on bench/mor.py's
+    200M-row table with 10M delete keys, about 5 % of the rows, against all of them unfiltered).
+    """
     import numpy as np
 
     rows = sum(d.data_file.record_count for d in kind)
     budget = limits.memory_limit_bytes // 4
-    hashes: list[npt.NDArray[np.uint32]] | None = (
-        [] if exact and rows * HASH_BYTES + HashSet.BITMAP_BYTES <= budget else None
-    )
+    in_memory = exact and mapped_bytes(rows) <= budget
+    on_disk = exact and not in_memory and mapped_bytes(rows, hashes_held=False) <= budget
+    hashes: list[npt.NDArray[np.uint32]] = []
     fingerprints = None if exact else KeyFilter([f.field_id for f in key_fields], key_fields, rows, budget)
-    for delete in kind:
-        for batch in delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
-            if fingerprints is not None:
-                fingerprints.add_deletes(batch)
-            if exact:
-                hashed = key_hashes([batch.column(n) for n in names])
-                if hashes is not None:
-                    hashes.append(hashed)
-                batch = _with(batch, {_HASH: _uint32(hashed)})
-            deletes.write(batch)
+    with open(hashes_path, "wb") if on_disk else contextlib.nullcontext() as hashes_out:
+        for delete in kind:
+            for batch in delete_key_batches(io, metadata, delete, key_schema, partitions, limits, stats):
+                if fingerprints is not None:
+                    fingerprints.add_deletes(batch)
+                if exact:
+                    hashed = key_hashes([batch.column(n) for n in names])
+                    if in_memory:
+                        hashes.append(hashed)
+                    elif hashes_out is not None:
+                        hashed.tofile(hashes_out)
+                    batch = _with(batch, {_HASH: _uint32(hashed)})
+                deletes.write(batch)
     if fingerprints is not None:
         return fingerprints
-    if hashes is None:
+    if on_disk:
+        return held.enter_context(
+            sorted_hash_set(
+                hashes_path,
+                bitmap_bytes=mapped_bitmap_bytes(rows, budget),
+                sort_bytes=max(1 << 20, limits.memory_limit_bytes // 16),
+            )
+        )
+    if not in_memory:
         return None
     return HashSet(np.concatenate(hashes) if hashes else np.empty(0, dtype=np.uint32))
 
@@ -389,18 +426,14 @@ def _match_in_buckets(
         ]
 
     split, candidates = stagers("build"), stagers("probe")
-    lock = threading.Lock()
-
-    def stage(batch: pa.RecordBatch) -> None:
-        with lock:
-            _split_by_hash(batch, candidates, buckets)
-
+    probe = _Splitter(candidates, buckets, max(1 << 20, limits.memory_limit_bytes // 16))
     try:
         for batch in _batches_of(build.path):
             _split_by_hash(batch, split, buckets)
         written = [part.close() for part in split]  # their buffers go before the probe side's fill
         build.remove()
-        read(stage)
+        read(probe.write)
+        probe.flush()
         for build_part, probe_part, has_rows in zip(split, candidates, written, strict=True):
             if probe_part.close() and has_rows:
                 for in_memory in _build_slices(build_part.path, matcher, _keys_budget(limits)):
@@ -413,6 +446,46 @@ def _match_in_buckets(
     finally:
         for stager in (*split, *candidates):
             stager.remove()
+
+
+class _Splitter:
+    """Rows handed over by several threads, split by key hash into ``stagers`` ``gather`` bytes at a time.
+
+    Probe rows come a file's batch at a time, a few of them for each bucket once a hash set has ruled
+    most out: split batch by batch, the takes and row groups of a few rows each were most of the key
+    pass (py-spy on bench/mor.py's 200M rows with 10M delete keys).
+    """
+
+    def __init__(self, stagers: Sequence[StagedParquet], buckets: int, gather: int) -> None:
+        self._stagers = stagers
+        self._buckets = buckets
+        self._gather = gather
+        self._pending: list[pa.RecordBatch] = []
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        with self._lock:
+            self._pending.append(batch)
+            self._bytes += batch.nbytes
+            if self._bytes >= self._gather:
+                self._split()
+
+    def flush(self) -> None:
+        """Split what is still gathered (once every writer is done)."""
+        with self._lock:
+            self._split()
+
+    def _split(self) -> None:
+        import pyarrow as pa
+
+        if not self._pending:
+            return
+        pending = self._pending
+        joined = pending[0] if len(pending) == 1 else pa.Table.from_batches(pending).combine_chunks()
+        self._pending, self._bytes = [], 0
+        for batch in joined.to_batches() if isinstance(joined, pa.Table) else [joined]:
+            _split_by_hash(batch, self._stagers, self._buckets)
 
 
 def _keys_budget(limits: ResourceLimits) -> int:

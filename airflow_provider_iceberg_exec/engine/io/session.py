@@ -168,6 +168,10 @@ def small_pages() -> bool:
     return bool(prctl(_PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1)
 
 
+#: the spill directory is walked again after at least this many times its last walk took
+_SPILL_WALK_PACE = 20
+
+
 def _dir_size(path: str) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
@@ -208,10 +212,16 @@ def track_resources(
     start = time.monotonic()
 
     def sample() -> None:
+        walk_after = 0.0
         while not stop.is_set():
             stats.rss_bytes = _rss_bytes()
             stats.peak_rss_bytes = max(stats.peak_rss_bytes, stats.rss_bytes)
-            stats.spilled_bytes = max(stats.spilled_bytes, _dir_size(directory))
+            now = time.monotonic()
+            if now >= walk_after:
+                stats.spilled_bytes = max(stats.spilled_bytes, _dir_size(directory))
+                # Walking a spill of thousands of staged files took a fifth of a core at every sample
+                # (py-spy on bench/mor.py at 200M rows): the walk waits at least 20 times its own time.
+                walk_after = now + _SPILL_WALK_PACE * (time.monotonic() - now)
             stop.wait(interval_seconds)
 
     sampler = threading.Thread(target=sample, name="iceberg-exec-resources", daemon=True)

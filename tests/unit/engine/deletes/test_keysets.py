@@ -213,6 +213,27 @@ def test_the_hash_set_answers_as_a_sorted_search_does() -> None:
     assert not HashSet(np.empty(0, dtype=np.uint32)).contains(probes).any()
 
 
+@pytest.mark.parametrize("bitmap_bytes", [1, 1 << 10, 1 << 22, 1 << 24])
+def test_a_hash_set_answers_alike_whatever_its_bitmap(bitmap_bytes: int) -> None:
+    """The bitmap only rules rows out: from one byte (every hash shares a few bits) to 16 MiB, the set
+    answers as the sorted search does, and a larger bitmap lets fewer non-members through."""
+    rng = np.random.default_rng(8)
+    members = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
+    probes = np.append(rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32), members[:500])
+    held = HashSet(members, bitmap_bytes=bitmap_bytes)
+    assert (held.contains(probes) == in_sorted(probes, np.unique(members))).all()
+    slots = (probes >> np.uint32(held._shift)).astype(np.int64)
+    passed = (held._bits[slots >> 3] >> (slots & 7).astype(np.uint8)) & 1
+    expected = 1 - np.exp(-len(members) / (bitmap_bytes * 8))  # the share of bits set
+    assert abs(passed[:-500].mean() - expected) < 0.01
+
+
+@pytest.mark.parametrize("bitmap_bytes", [0, 3, 3 << 20, 1 << 30])
+def test_a_hash_set_bitmap_is_a_power_of_two_up_to_every_hash(bitmap_bytes: int) -> None:
+    with pytest.raises(ValueError, match="power of two bytes up to 512 MiB"):
+        HashSet(np.arange(3, dtype=np.uint32), bitmap_bytes=bitmap_bytes)
+
+
 def _pairs(held: KeySet, columns: list[pa.Array], **kwargs: object) -> set[tuple[int, int]]:
     rows, found = held.pairs(columns, key_hashes(columns), **kwargs)  # type: ignore[arg-type]
     return set(zip(rows.tolist(), found.tolist(), strict=True))

@@ -24,8 +24,10 @@ from airflow_provider_iceberg_exec.engine.deletes.mapped import (
     MappedDeleteKeys,
     MappedHashSet,
     map_delete_keys,
+    mapped_bitmap_bytes,
     mapped_bytes,
     remove_mapped,
+    sorted_hash_set,
 )
 
 SEQ, PART = "seq", "part"
@@ -216,7 +218,9 @@ def test_staged_ranges_are_removed_once_mapped(tmp_path: Path, hold_hashes: bool
     held.close()
 
 
-def _mapped_hashes(path: Path, hashes: np.ndarray) -> tuple[MappedHashSet, list[tuple[int, int]], mmap.mmap]:
+def _mapped_hashes(
+    path: Path, hashes: np.ndarray, bitmap_bytes: int = HashSet.BITMAP_BYTES
+) -> tuple[MappedHashSet, list[tuple[int, int]], mmap.mmap]:
     """``hashes`` (sorted) written to ``path`` and mapped; the spans the set drops, as it drops them."""
     hashes.astype(np.uint32).tofile(path)
     with open(path, "rb") as f:
@@ -227,15 +231,17 @@ def _mapped_hashes(path: Path, hashes: np.ndarray) -> tuple[MappedHashSet, list[
         dropped.append(span)
         mapped.madvise(mmap.MADV_DONTNEED, span[0], span[1] - span[0])
 
-    return MappedHashSet(mapped, drop), dropped, mapped
+    return MappedHashSet(mapped, drop, bitmap_bytes=bitmap_bytes), dropped, mapped
 
 
+@pytest.mark.parametrize("bitmap_bytes", [1, HashSet.BITMAP_BYTES, 8 << 20])
 @pytest.mark.parametrize(("fence", "region"), [(2, 4), (4, 4), (1024, 1 << 19)])
 def test_mapped_hashes_answer_as_held_ones(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fence: int, region: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fence: int, region: int, bitmap_bytes: int
 ) -> None:
     """Repeated hashes (a run across fences and regions), the smallest and largest, values between and
-    beyond them: where each starts, how many there are, and whether it is there, as in memory."""
+    beyond them: where each starts, how many there are, and whether it is there, as in memory (with a
+    bitmap of one byte, every probe is searched in the mapped hashes)."""
     monkeypatch.setattr(mapped_module, "_FENCE_VALUES", fence)
     monkeypatch.setattr(mapped_module, "_REGION_VALUES", region)
     rng = np.random.default_rng(3)
@@ -243,7 +249,7 @@ def test_mapped_hashes_answer_as_held_ones(
         np.concatenate([rng.integers(5, 400, 300), np.full(9, 200), [0, 2**32 - 1]]).astype(np.uint32)
     )
     in_memory = HashSet(ordered, presorted=True)
-    mapped, _dropped, handle = _mapped_hashes(tmp_path / "hashes.bin", ordered)
+    mapped, _dropped, handle = _mapped_hashes(tmp_path / "hashes.bin", ordered, bitmap_bytes)
     probe = np.concatenate([ordered, ordered + 1, ordered - 1, rng.integers(0, 2**32, 500)]).astype(np.uint32)
     rng.shuffle(probe)
     assert len(mapped) == len(ordered)
@@ -295,7 +301,26 @@ def test_a_lookup_drops_each_region_of_the_mapped_hashes_and_leaves_none(tmp_pat
 
 def test_mapped_hashes_take_their_bitmap_fences_and_a_region() -> None:
     assert mapped_bytes(10_000_000, hashes_held=False) == (4 << 20) + 4 * 9766 + (2 << 20)
+    assert mapped_bytes(10_000_000, hashes_held=False, bitmap_bytes=8 << 20) == (8 << 20) + 4 * 9766 + (
+        2 << 20
+    )
     assert mapped_bytes(10_000_000) == 40_000_000 + (4 << 20)
+
+
+@pytest.mark.parametrize(
+    ("rows", "budget", "expected"),
+    [
+        (10_000_000, 16 << 20, 8 << 20),  # 16 MiB would pass the budget with the region and fences
+        (10_000_000, 64 << 20, 16 << 20),  # 32 MiB would be over 16 bits a hash
+        (10_000_000, 10 << 20, 4 << 20),  # the default fits, its double does not
+        (2_000_000, 1 << 30, 4 << 20),  # few hashes: the default has more than 16 bits each
+        (300_000_000, 1 << 30, 512 << 20),  # every 32-bit hash its own bit: no larger bitmap
+    ],
+)
+def test_the_mapped_bitmap_grows_within_its_budget(rows: int, budget: int, expected: int) -> None:
+    size = mapped_bitmap_bytes(rows, budget)
+    assert size == expected
+    assert size == HashSet.BITMAP_BYTES or mapped_bytes(rows, hashes_held=False, bitmap_bytes=size) <= budget
 
 
 keys_strategy = st.lists(st.one_of(st.none(), st.integers(0, 6)), min_size=0, max_size=30)
@@ -368,8 +393,10 @@ def test_module_names_what_it_exports() -> None:
         "MappedDeleteKeys",
         "MappedHashSet",
         "map_delete_keys",
+        "mapped_bitmap_bytes",
         "mapped_bytes",
         "remove_mapped",
+        "sorted_hash_set",
     }
 
 
@@ -400,3 +427,42 @@ def test_a_probe_reads_the_rows_file_a_region_at_a_time(
     assert dropped[0][0] == 0
     assert dropped[-1][1] >= size
     held.close()
+
+
+@pytest.mark.parametrize("sort_bytes", [64, 1 << 20])
+def test_hashes_sorted_on_disk_answer_as_held_ones_and_leave_no_file(tmp_path: Path, sort_bytes: int) -> None:
+    """Hashes written in any order with repeats (one hash 5,000 times, across every chunk), sorted a range
+    at a time (64 bytes: 16 hashes a chunk, the most ranges), mapped: the set answers as one held in
+    memory, and every file it wrote, the unsorted one included, is gone once it is closed."""
+    rng = np.random.default_rng(11)
+    hashes = np.concatenate(
+        [rng.integers(0, 2**32, 20_000, dtype=np.uint64).astype(np.uint32), np.full(5_000, 7, np.uint32)]
+    )
+    rng.shuffle(hashes)
+    unsorted = tmp_path / "hashes.bin"
+    hashes.tofile(unsorted)
+    probe = np.concatenate([hashes[:3000], rng.integers(0, 2**32, 20_000, dtype=np.uint64).astype(np.uint32)])
+    with sorted_hash_set(str(unsorted), bitmap_bytes=1 << 10, sort_bytes=sort_bytes) as on_disk:
+        assert isinstance(on_disk, MappedHashSet)
+        assert on_disk.sorted.tolist() == np.unique(hashes).tolist()
+        assert on_disk.contains(probe).tolist() == HashSet(hashes).contains(probe).tolist()
+    assert os.listdir(tmp_path) == []
+
+
+def test_no_hashes_sort_to_an_empty_set(tmp_path: Path) -> None:
+    unsorted = tmp_path / "hashes.bin"
+    unsorted.write_bytes(b"")
+    with sorted_hash_set(str(unsorted), bitmap_bytes=1 << 10, sort_bytes=1 << 20) as empty:
+        assert not empty.contains(np.arange(10, dtype=np.uint32)).any()
+    assert os.listdir(tmp_path) == []
+
+
+def test_hashes_sorted_on_disk_are_removed_when_the_caller_fails(tmp_path: Path) -> None:
+    unsorted = tmp_path / "hashes.bin"
+    np.arange(100, dtype=np.uint32).tofile(unsorted)
+    with (
+        pytest.raises(RuntimeError, match="the caller"),
+        sorted_hash_set(str(unsorted), bitmap_bytes=1 << 10, sort_bytes=64),
+    ):
+        raise RuntimeError("the caller failed")
+    assert os.listdir(tmp_path) == []
