@@ -69,7 +69,7 @@ def hashable(key_fields: Sequence[NestedField]) -> bool:
     return bool(key_fields) and all(isinstance(f.field_type, types) for f in key_fields)
 
 
-def _storage(array: pa.Array) -> pa.Array:
+def storage_of(array: pa.Array) -> pa.Array:
     """The storage of an extension array (a UUID is 16 fixed bytes), the array itself otherwise."""
     import pyarrow as pa
 
@@ -92,7 +92,7 @@ def key_hashes(columns: Sequence[pa.Array]) -> npt.NDArray[np.uint32]:
         return np.empty(0, dtype=np.uint32)
     combined: npt.NDArray[np.uint64] | None = None
     for column in columns:
-        hashed = pc.fill_null(bucket(_storage(column), _MODULUS), -1)
+        hashed = pc.fill_null(bucket(storage_of(column), _MODULUS), -1)
         # -1 (NULL) becomes 2**32 - 1, above every hash the transform gives
         word: npt.NDArray[np.uint64] = (
             hashed.to_numpy(zero_copy_only=False).astype(np.int64).astype(np.uint64)
@@ -243,7 +243,7 @@ def equal_null_safe(left: pa.Array, right: pa.Array) -> npt.NDArray[np.bool_]:
     """Null-safe equality of two arrays of one type, row by row (NULL equals NULL)."""
     import pyarrow.compute as pc
 
-    left, right = _storage(left), _storage(right)
+    left, right = storage_of(left), storage_of(right)
     equal = pc.fill_null(pc.equal(left, right), False)
     if left.null_count or right.null_count:
         equal = pc.or_(equal, pc.and_(pc.is_null(left), pc.is_null(right)))

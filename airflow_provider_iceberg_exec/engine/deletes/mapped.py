@@ -20,6 +20,7 @@ page cache keeps the files), so the process's resident memory does not grow with
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import mmap
@@ -35,6 +36,7 @@ from airflow_provider_iceberg_exec.engine.deletes.keysets import (
     HashSet,
     equal_null_safe,
     key_hashes,
+    storage_of,
 )
 from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
 
@@ -222,12 +224,17 @@ class MappedDeleteKeys:
         self._keys_map = keys
         view = pa.py_buffer(keys)
         reader = pa.ipc.open_file(view)
+        # The chunks' buffers point into the mapping: only their metadata is read through it. A candidate's
+        # values are read from the file where each layout says they are (:func:`_gather`).
         self._chunks = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         self._spans = [_span(chunk, view.address, len(keys)) for chunk in self._chunks]
+        self._layouts = [
+            [_Layout.of(c, view.address, len(keys)) for c in chunk.columns] for chunk in self._chunks
+        ]
         self._starts = np.cumsum([0, *(c.num_rows for c in self._chunks)]).astype(np.int64)
-        self._rows_map = self._map(rows_path)
-        self._rows = np.frombuffer(self._rows_map, dtype=np.dtype(_ROW_DTYPE))
-        if not (len(self._rows) == len(self.hashes) == self._starts[-1]):
+        self._fds = [os.open(keys_path, os.O_RDONLY), os.open(rows_path, os.O_RDONLY)]
+        self._rows_count = os.path.getsize(rows_path) // np.dtype(_ROW_DTYPE).itemsize
+        if not (self._rows_count == len(self.hashes) == self._starts[-1]):
             raise ValueError("mapped delete rows, their hashes and their keys differ in length")
 
     def _map(self, path: str) -> mmap.mmap:
@@ -237,7 +244,7 @@ class MappedDeleteKeys:
         return mapped
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return self._rows_count
 
     def deleted(
         self,
@@ -299,45 +306,50 @@ class MappedDeleteKeys:
         rows, at = rows[possible], at[possible]
         if not len(rows):
             return
-        # The candidates' keys are taken chunk by chunk of the mapping (a take across chunks would
-        # concatenate them), then compared at once: a probe of 10M delete rows visits about 150 chunks.
+        # The candidates' keys are read chunk by chunk of the file (a take across chunks would concatenate
+        # them), then compared at once: a probe of 10M delete rows visits about 150 chunks.
+        order = np.argsort(at, kind="stable")
+        rows, at = rows[order], at[order]
         chunk = np.searchsorted(self._starts, at, side="right") - 1
-        order = np.argsort(chunk, kind="stable")
-        rows, at, chunk = rows[order], at[order], chunk[order]
         taken: list[list[pa.Array]] = [[] for _ in keys]
         for start, end in _runs(chunk):
-            held = self._chunks[int(chunk[start])]
-            held_rows = pa.array(at[start:end] - self._starts[chunk[start]])
-            for column_taken, column in zip(taken, held.columns, strict=True):
-                column_taken.append(column.take(held_rows))
-            # The kernel maps up to 64 KiB around each page a take faulted in: a probe touching every
-            # chunk would hold the whole file; dropped chunk by chunk, it holds about one.
-            self._drop(self._keys_map, self._spans[int(chunk[start])])
+            number = int(chunk[start])
+            local = at[start:end] - self._starts[number]
+            for column_taken, column, layout in zip(
+                taken, self._chunks[number].columns, self._layouts[number], strict=True
+            ):
+                column_taken.append(self._values(number, column, layout, local))
         probe_rows = pa.array(rows)
         equal = np.ones(len(rows), dtype=bool)
         for probe, column_taken in zip(keys, taken, strict=True):
             equal &= equal_null_safe(probe.take(probe_rows), pa.concat_arrays(column_taken))
         deleted[offset + rows[equal]] = True
 
+    def _values(
+        self, number: int, column: pa.Array, layout: _Layout | None, rows: npt.NDArray[np.int64]
+    ) -> pa.Array:
+        """The values of ``column`` (of chunk ``number``) at ``rows``: read from the file where its layout
+        says, or, for a type without one, taken from the mapping and the chunk's pages dropped (the kernel
+        maps up to a folio around each page a take faults in: dropped a chunk at a time, the mapping holds
+        about one chunk, but each drop stops both cores)."""
+        import pyarrow as pa
+
+        if layout is not None:
+            return _gather(self._fds[0], layout, rows)
+        taken = column.take(pa.array(rows))
+        self._drop(self._keys_map, self._spans[number])
+        return taken
+
     def _row_fields(self, at: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
-        """The sequence numbers and partition ids of the mapped rows ``at``, read in ascending order a region
-        of the rows file at a time, each region's pages dropped once read: the kernel maps 64 KiB around
-        each page read, so 3,000 rows spread over 10M would hold most of their 120 MB file."""
+        """The sequence numbers and partition ids of the mapped rows ``at``, read from the rows
+        file one record each (reading them through a mapping held up to a folio around each, and dropping
+        those pages stopped both cores each time)."""
         import numpy as np
 
-        seqs = np.empty(len(at), dtype=np.int64)
-        parts = np.empty(len(at), dtype=np.int32)
-        item = self._rows.dtype.itemsize
-        per_region = max(1, _REGION_VALUES * HASH_BYTES // item)
-        order = np.argsort(at)
-        region = at[order] // per_region
-        for start, stop in _runs(region):
-            picked = order[start:stop]
-            rows = self._rows[at[picked]]
-            seqs[picked], parts[picked] = rows["seq"], rows["part"]
-            first = int(region[start]) * per_region * item
-            self._drop(self._rows_map, (first // mmap.PAGESIZE * mmap.PAGESIZE, first + per_region * item))
-        return seqs, parts
+        dtype = np.dtype(_ROW_DTYPE)
+        size, fd = dtype.itemsize, self._fds[1]
+        records = np.frombuffer(_read_all(fd, [(int(r) * size, size) for r in at.tolist()]), dtype=dtype)
+        return records["seq"].astype(np.int64), records["part"].astype(np.int32)
 
     def _drop(self, mapped: mmap.mmap, span: tuple[int, int]) -> None:
         """Drop the pages of ``span`` (start, end) of ``mapped`` from the process."""
@@ -355,10 +367,97 @@ class MappedDeleteKeys:
     def close(self) -> None:
         """Unmap the files (views still alive elsewhere keep a mapping until they go)."""
         self._chunks = []
-        self._rows = None  # type: ignore[assignment]
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
         for mapped in self._maps:
             with contextlib.suppress(BufferError):  # an array still views it: unmapped when that goes
                 mapped.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where one column of one chunk of the keys file lies in the file: its values' storage type, the file
+    offsets of its validity bitmap (``None``: no nulls), of its value offsets (``None``: fixed width,
+    ``width`` bytes a value; else ``width`` is the bytes of an offset) and of its values."""
+
+    type: pa.DataType
+    validity: int | None
+    offsets: int | None
+    data: int
+    width: int
+
+    @classmethod
+    def of(cls, column: pa.Array, base: int, size: int) -> _Layout | None:
+        """The layout of ``column``, its buffers in a mapping of ``size`` bytes at ``base``; ``None`` for a
+        type without one (neither binary-like nor of a fixed whole number of bytes), a sliced array, or
+        a buffer outside the mapping."""
+        import pyarrow as pa
+
+        storage = storage_of(column)
+        kind = storage.type
+        buffers = storage.buffers()
+        if storage.offset or not buffers or buffers[-1] is None:
+            return None
+        if any(b is not None and b.size and not base <= b.address <= base + size - b.size for b in buffers):
+            return None
+        validity = buffers[0].address - base if buffers[0] is not None and storage.null_count else None
+        if pa.types.is_binary(kind) or pa.types.is_string(kind):
+            return cls(kind, validity, buffers[1].address - base, buffers[2].address - base, 4)
+        if pa.types.is_large_binary(kind) or pa.types.is_large_string(kind):
+            return cls(kind, validity, buffers[1].address - base, buffers[2].address - base, 8)
+        fixed = (
+            pa.types.is_integer(kind)
+            or pa.types.is_temporal(kind)
+            or pa.types.is_decimal(kind)
+            or pa.types.is_fixed_size_binary(kind)
+        )
+        if not fixed or len(buffers) != 2 or kind.bit_width % 8:
+            return None
+        return cls(kind, validity, None, buffers[1].address - base, kind.bit_width // 8)
+
+
+def _gather(fd: int, layout: _Layout, rows: npt.NDArray[np.int64]) -> pa.Array:
+    """The values at ``rows`` (ascending) of the column ``layout`` places in the file ``fd``, read one value
+    (and for binary-like values, one pair of offsets) at a time."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(rows)
+    at = rows.tolist()
+    validity, null_count = None, 0
+    if layout.validity is not None:
+        start = layout.validity
+        bits = np.frombuffer(_read_all(fd, [(start + r // 8, 1) for r in at]), dtype=np.uint8)
+        valid = ((bits >> (rows & 7).astype(np.uint8)) & 1).astype(bool)
+        validity, null_count = pa.py_buffer(np.packbits(valid, bitorder="little")), n - int(valid.sum())
+    width = layout.width
+    if layout.offsets is None:
+        values = _read_all(fd, [(layout.data + r * width, width) for r in at])
+        return pa.Array.from_buffers(layout.type, n, [validity, pa.py_buffer(values)], null_count)
+    dtype = np.int32 if width == 4 else np.int64
+    pairs = np.frombuffer(
+        _read_all(fd, [(layout.offsets + r * width, 2 * width) for r in at]), dtype=dtype
+    ).astype(np.int64)
+    starts, lengths = pairs[0::2], pairs[1::2] - pairs[0::2]
+    data = _read_all(
+        fd, [(layout.data + s, ln) for s, ln in zip(starts.tolist(), lengths.tolist(), strict=True)]
+    )
+    offsets = np.zeros(n + 1, dtype=dtype)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(
+        layout.type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count
+    )
+
+
+def _read_all(fd: int, spans: list[tuple[int, int]]) -> bytes:
+    """The bytes of ``spans`` (file offset, length) of ``fd``, one after another; a short read (a file
+    cut while mapped) raises."""
+    pread = os.pread
+    read = b"".join([pread(fd, length, offset) for offset, length in spans if length])
+    if len(read) != sum(length for _, length in spans):
+        raise ValueError("a mapped delete file is shorter than its layout: was it changed while in use?")
+    return read
 
 
 def map_delete_keys(

@@ -4,12 +4,14 @@ unless global), however many hash ranges they were sorted in, whatever the hashe
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 import mmap
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -400,32 +402,120 @@ def test_module_names_what_it_exports() -> None:
     }
 
 
-def test_a_probe_reads_the_rows_file_a_region_at_a_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The sequence numbers and partition ids of the candidates are read region by region of the rows file,
-    each region's pages dropped once read: the probe never holds the pages of the whole file at once."""
-    monkeypatch.setattr(mapped_module, "_REGION_VALUES", 1024)  # 4 KiB: 341 rows of 12 bytes
-    keys = [f"key-{i:06d}" for i in range(20_000)]
-    held = _map(str(tmp_path / "m"), [pa.array(keys)], [5] * len(keys), [0] * len(keys), is_global=True)
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads /proc/self/smaps")
+def test_a_probe_reads_its_candidates_from_the_files_not_through_the_mappings(tmp_path: Path) -> None:
+    """The candidates' keys, sequence numbers and partition ids are read from the files: the probe faults in
+    no page of the keys' or the rows' mapping (each such page held up to a folio, and dropping them
+    stopped both cores), and still finds every key."""
+    keys = [f"key-{i:06d}-" + "x" * (i % 50) for i in range(20_000)]
+    directory = tmp_path / "m"
+    held = _map(str(directory), [pa.array(keys)], [5] * len(keys), [0] * len(keys), is_global=True)
     assert held is not None
+    held._release()
+    before = {name: _resident_kib(directory / name) for name in ("keys.arrow", "rows.bin")}
+    during: list[dict[str, int]] = []
+    real = held._release
+
+    def spy() -> None:  # called at the end of each probe, before its pages are dropped
+        during.append({name: _resident_kib(directory / name) for name in ("keys.arrow", "rows.bin")})
+        real()
+
+    held._release = spy  # type: ignore[method-assign]
     dropped: list[tuple[int, int]] = []
-    real = held._drop
+    real_drop = held._drop
 
-    def spy(mapped: mmap.mmap, span: tuple[int, int]) -> None:
-        if mapped is held._rows_map:
-            dropped.append(span)
-        real(mapped, span)
+    def drop_spy(mapped: mmap.mmap, span: tuple[int, int]) -> None:  # pages a probe touched, dropped
+        dropped.append(span)
+        real_drop(mapped, span)
 
-    monkeypatch.setattr(held, "_drop", spy)
+    held._drop = drop_spy  # type: ignore[method-assign]
     probe = keys[::5]
     assert _deleted(held, [pa.array(probe)], [1] * len(probe), [0] * len(probe)) == [True] * len(probe)
-    size = len(held) * 12
-    assert len(dropped) > 10
-    assert all(end - start <= 2 * 4096 for start, end in dropped)
-    assert sorted(dropped) == dropped  # in ascending order, as the rows are read
-    assert dropped[0][0] == 0
-    assert dropped[-1][1] >= size
+    assert during == [before]
+    assert before["rows.bin"] == 0
+    assert dropped == []
+    held.close()
+
+
+def _ipc_columns(path: Path, table: pa.Table) -> tuple[list[pa.Array], mmap.mmap]:
+    """``table`` written to an Arrow IPC file at ``path`` in one batch, mapped: its columns over the map."""
+    with pa.ipc.new_file(str(path), table.schema) as writer:
+        writer.write_table(table, max_chunksize=table.num_rows)
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    batch = pa.ipc.open_file(pa.py_buffer(mapped)).get_batch(0)
+    return batch.columns, mapped
+
+
+def test_values_read_from_the_file_equal_a_take_of_every_key_type(tmp_path: Path) -> None:
+    """Each key type a mapped delete file holds (binary-like with 32- and 64-bit offsets, fixed widths from
+    4 to 16 bytes, UUIDs through their storage), with nulls and without, read from the file at scattered
+    rows, as a take from the mapped column gives them."""
+    import decimal
+
+    rng = np.random.default_rng(4)
+    n = 3000
+    nulls = [i % 7 == 0 for i in range(n)]
+
+    def maybe(values: list[Any]) -> list[Any]:
+        return [None if null else v for v, null in zip(values, nulls, strict=True)]
+
+    texts = [f"t{i}-" + "y" * (i % 40) for i in range(n)]
+    table = pa.table(
+        {
+            "string": pa.array(maybe(texts), pa.string()),
+            "large_string": pa.array(texts, pa.large_string()),
+            "binary": pa.array(maybe([t.encode() for t in texts]), pa.binary()),
+            "large_binary": pa.array([t.encode() for t in texts], pa.large_binary()),
+            "int32": pa.array(maybe(list(range(n))), pa.int32()),
+            "int64": pa.array(list(range(n)), pa.int64()),
+            "date32": pa.array(maybe(list(range(n))), pa.date32()),
+            "time64": pa.array(list(range(n)), pa.time64("us")),
+            "timestamp": pa.array(maybe(list(range(n))), pa.timestamp("us", tz="UTC")),
+            "decimal": pa.array(maybe([decimal.Decimal(i) / 100 for i in range(n)]), pa.decimal128(12, 2)),
+            "fixed": pa.array(maybe([i.to_bytes(16, "little") for i in range(n)]), pa.binary(16)),
+            "uuid": pa.ExtensionArray.from_storage(
+                pa.uuid(), pa.array([i.to_bytes(16, "big") for i in range(n)], pa.binary(16))
+            ),
+            "empty": pa.array([""] * n, pa.string()),
+            "all_null": pa.array([None] * n, pa.string()),
+        }
+    )
+    columns, mapped = _ipc_columns(tmp_path / "keys.arrow", table)
+    base = pa.py_buffer(mapped).address
+    rows = np.sort(rng.choice(n, 500, replace=False)).astype(np.int64)
+    fd = os.open(tmp_path / "keys.arrow", os.O_RDONLY)
+    try:
+        for name, column in zip(table.column_names, columns, strict=True):
+            layout = mapped_module._Layout.of(column, base, len(mapped))
+            assert layout is not None, name
+            read = mapped_module._gather(fd, layout, rows)
+            expected = mapped_module.storage_of(column.take(pa.array(rows)))
+            assert read.equals(expected), name
+    finally:
+        os.close(fd)
+        del columns, column
+        with contextlib.suppress(BufferError):  # arrays still view it: unmapped when they go
+            mapped.close()
+
+
+def test_types_without_a_layout_are_taken_from_the_mapping_alike(tmp_path: Path) -> None:
+    """A column the file reader has no layout for (a dictionary here) is taken from the mapped chunk, its
+    pages dropped: the same rows are deleted."""
+    columns, mapped = _ipc_columns(
+        tmp_path / "keys.arrow", pa.table({"k": pa.array(["a", "b"]).dictionary_encode()})
+    )
+    assert mapped_module._Layout.of(columns[0], pa.py_buffer(mapped).address, len(mapped)) is None
+    assert mapped_module._Layout.of(pa.array([True, False]), 0, 1 << 40) is None  # one bit a value
+    del columns
+    with contextlib.suppress(BufferError):
+        mapped.close()
+    keys = [f"k{i}" for i in range(200)]
+    held = _map(str(tmp_path / "m"), [pa.array(keys)], [5] * len(keys), [0] * len(keys), is_global=True)
+    assert held is not None
+    held._layouts = [[None] * len(layouts) for layouts in held._layouts]
+    probe = [*keys[::3], "absent"]
+    assert _deleted(held, [pa.array(probe)], [1] * len(probe), [0] * len(probe)) == [*[True] * 67, False]
     held.close()
 
 
