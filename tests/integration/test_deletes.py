@@ -68,26 +68,12 @@ def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     if mapping:
         monkeypatch.setattr(apply, "_map_bucket_bytes", lambda limits: 256)
     if request.param == "mapped-hashes":
-        real_bytes = mapped_module.mapped_bytes
-        monkeypatch.setattr(
-            apply,
-            "mapped_bytes",
-            lambda rows, *, hashes_held=True: 1 << 62 if hashes_held else real_bytes(rows),
-        )
-        monkeypatch.setattr(mapped_module, "_FENCE_VALUES", 2)
-        monkeypatch.setattr(mapped_module, "_REGION_VALUES", 4)
+        _hashes_over_their_share(monkeypatch, apply)
     if joining:
         monkeypatch.setattr(apply, "MAPPED_SHARE", 0)
     sorted_sets = []
     if request.param == "joined-filtered":
-        real_bytes = mapped_module.mapped_bytes
-        monkeypatch.setattr(
-            matches,
-            "mapped_bytes",
-            lambda rows, *, hashes_held=True: 1 << 62 if hashes_held else real_bytes(rows),
-        )
-        monkeypatch.setattr(mapped_module, "_FENCE_VALUES", 2)
-        monkeypatch.setattr(mapped_module, "_REGION_VALUES", 4)
+        _hashes_over_their_share(monkeypatch, matches)
         monkeypatch.setattr(matches, "_keys_budget", lambda limits: 4096)
         real_sorted = mapped_module.sorted_hash_set
 
@@ -111,6 +97,17 @@ def equality_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     assert bool(sorted_sets) == (request.param == "joined-filtered"), "the join's filter the test meant"
     assert not any(os.path.exists(d) for d in mapped), "mapped delete rows left on disk"
     assert not any(os.path.exists(p) or os.path.exists(f"{p}.sorted") for p in sorted_sets), "hashes left"
+
+
+def _hashes_over_their_share(monkeypatch: pytest.MonkeyPatch, module: Any) -> None:
+    """As if the delete keys' hashes were over their share in ``module`` but their bitmap and fences were
+    not: the hashes are mapped, searched a few at a time (a fence every 2 hashes, a region of 4)."""
+    real_bytes = mapped_module.mapped_bytes
+    monkeypatch.setattr(
+        module, "mapped_bytes", lambda rows, *, hashes_held=True: 1 << 62 if hashes_held else real_bytes(rows)
+    )
+    monkeypatch.setattr(mapped_module, "_FENCE_VALUES", 2)
+    monkeypatch.setattr(mapped_module, "_REGION_VALUES", 4)
 
 
 def _limits(tmp_path: Path, memory_bytes: int = 64 * MiB) -> ResourceLimits:
