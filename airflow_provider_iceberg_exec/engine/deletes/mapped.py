@@ -1,20 +1,20 @@
-"""Equality delete rows too large to hold, kept on disk in key-hash order and memory-mapped.
+"""Equality delete rows too large to hold, kept on disk in key-hash order.
 
 :class:`~.keysets.DeleteKeys` holds every delete row in memory (about the keys' Arrow size); when that
 is more than the memory limit allows, the key join of :mod:`.matches` used to match the data files'
 key columns before the rows streamed, reading each data file's key columns twice. Here only the delete
 rows' sorted 32-bit key hashes (4 bytes a row) and a bitmap of them stay in memory, or, when even the
 hashes are too many, the bitmap and a fence every 1,024 hashes (:class:`MappedHashSet`, the hashes
-mapped too); the rows themselves (keys, sequence number, partition id), deduplicated as
-:class:`~.keysets.DeleteKeys` does, are written once in hash order to a local Arrow IPC file and
-memory-mapped. A data row whose hash no delete row has
-is not deleted (most rows: a bitmap lookup); the few others are compared, every key column exactly and
-null-safely, with the mapped rows of their hash, so the data files are still read once, as they stream.
+memory-mapped); the rows themselves (keys, sequence number, partition id), deduplicated as
+:class:`~.keysets.DeleteKeys` does, are written once in hash order to a local Arrow IPC file and a file
+of fixed-size records. A data row whose hash no delete row has is not deleted (most rows: a bitmap
+lookup); the few others are compared, every key column exactly and null-safely, with the rows of their
+hash, read from the files where they lie, so the data files are still read once, as they stream.
 
 The rows are sorted without holding them: they are split by hash range into staged buckets that each
-fit a bucket budget, then each bucket is sorted and appended, range after range. Pages of the mappings
-a probe touched are dropped as it goes, a region or a chunk at a time (``MADV_DONTNEED``; the kernel's
-page cache keeps the files), so the process's resident memory does not grow with the files.
+fit a bucket budget, then each bucket is sorted and appended, range after range. The pages of the mapped
+hashes a lookup touched are dropped a region at a time (``MADV_DONTNEED``; the kernel's page cache keeps
+the file), so the process's resident memory does not grow with the files.
 """
 
 from __future__ import annotations
@@ -175,11 +175,12 @@ class MappedHashSet(HashSet):
 
 
 class MappedDeleteKeys:
-    """Delete rows on disk in key-hash order, memory-mapped: which data rows they delete.
+    """Delete rows on disk in key-hash order: which data rows they delete.
 
     The same answers as :class:`~.keysets.DeleteKeys` (same key null-safely, higher sequence number, same
-    partition unless global), with only the rows' hashes in memory. Built by :func:`map_delete_keys`;
-    :meth:`close` unmaps the files (the caller removes the directory).
+    partition unless global), with only the rows' hashes in memory. The keys file is mapped for its
+    Arrow metadata; a candidate's values are read from the files (:func:`_gather`). Built by
+    :func:`map_delete_keys`; :meth:`close` closes and unmaps the files (the caller removes the directory).
 
     :param keys_path: the Arrow IPC file of the key columns, one record batch per hash range.
     :param rows_path: each row's sequence number and partition id (:data:`_ROW_DTYPE`), in the same order.
@@ -232,10 +233,10 @@ class MappedDeleteKeys:
             [_Layout.of(c, view.address, len(keys)) for c in chunk.columns] for chunk in self._chunks
         ]
         self._starts = np.cumsum([0, *(c.num_rows for c in self._chunks)]).astype(np.int64)
-        self._fds = [os.open(keys_path, os.O_RDONLY), os.open(rows_path, os.O_RDONLY)]
         self._rows_count = os.path.getsize(rows_path) // np.dtype(_ROW_DTYPE).itemsize
         if not (self._rows_count == len(self.hashes) == self._starts[-1]):
             raise ValueError("mapped delete rows, their hashes and their keys differ in length")
+        self._fds = [os.open(keys_path, os.O_RDONLY), os.open(rows_path, os.O_RDONLY)]
 
     def _map(self, path: str) -> mmap.mmap:
         with open(path, "rb") as f:
@@ -365,7 +366,7 @@ class MappedDeleteKeys:
                     mapped.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
-        """Unmap the files (views still alive elsewhere keep a mapping until they go)."""
+        """Close and unmap the files (views still alive elsewhere keep a mapping until they go)."""
         self._chunks = []
         for fd in self._fds:
             os.close(fd)
