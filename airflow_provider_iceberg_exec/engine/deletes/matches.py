@@ -426,6 +426,8 @@ def _match_in_buckets(
         ]
 
     split, candidates = stagers("build"), stagers("probe")
+    # The probe rows are gathered a sixteenth of the limit at a time before they are split: that much
+    # again beside the buckets' row groups, while the probe side is read.
     probe = _Splitter(candidates, buckets, max(1 << 20, limits.memory_limit_bytes // 16))
     try:
         for batch in _batches_of(build.path):
