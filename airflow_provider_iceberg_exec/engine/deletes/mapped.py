@@ -233,6 +233,9 @@ class MappedDeleteKeys:
             [_Layout.of(c, view.address, len(keys)) for c in chunk.columns] for chunk in self._chunks
         ]
         self._starts = np.cumsum([0, *(c.num_rows for c in self._chunks)]).astype(np.int64)
+        # A probe reads no page of the mapping (a type without a layout drops its chunk's), and the hashes
+        # drop theirs a lookup at a time: the metadata's pages, read once here, are all that is dropped.
+        self._drop(keys, (0, len(keys)))
         self._rows_count = os.path.getsize(rows_path) // np.dtype(_ROW_DTYPE).itemsize
         if not (self._rows_count == len(self.hashes) == self._starts[-1]):
             raise ValueError("mapped delete rows, their hashes and their keys differ in length")
@@ -260,10 +263,7 @@ class MappedDeleteKeys:
         import numpy as np
 
         deleted = np.zeros(len(hashes), dtype=bool)
-        try:
-            self._mark(deleted, keys, hashes, sequence_numbers, partitions, 0)
-        finally:
-            self._release()
+        self._mark(deleted, keys, hashes, sequence_numbers, partitions, 0)
         return deleted
 
     def _mark(
@@ -357,13 +357,6 @@ class MappedDeleteKeys:
         with self._lock:
             if not mapped.closed and span[1] > span[0]:
                 mapped.madvise(mmap.MADV_DONTNEED, span[0], span[1] - span[0])
-
-    def _release(self) -> None:
-        """Drop the mapped pages from the process (the page cache keeps them): memory stays flat."""
-        with self._lock:
-            for mapped in self._maps:
-                if not mapped.closed:
-                    mapped.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
         """Close and unmap the files (views still alive elsewhere keep a mapping until they go)."""
