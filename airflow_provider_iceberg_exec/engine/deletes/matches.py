@@ -481,12 +481,10 @@ class _Splitter:
     def _split(self) -> None:
         import pyarrow as pa
 
-        if not self._pending:
-            return
-        pending = self._pending
-        joined = pending[0] if len(pending) == 1 else pa.Table.from_batches(pending).combine_chunks()
-        self._pending, self._bytes = [], 0
-        for batch in joined.to_batches() if isinstance(joined, pa.Table) else [joined]:
+        pending, self._pending, self._bytes = self._pending, [], 0
+        if len(pending) > 1:  # one batch: one take for each bucket, not one for each batch
+            pending = pa.Table.from_batches(pending).combine_chunks().to_batches()
+        for batch in pending:
             _split_by_hash(batch, self._stagers, self._buckets)
 
 
