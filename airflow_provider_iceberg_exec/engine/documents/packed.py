@@ -112,6 +112,11 @@ class EntryPacker:
     The entries are a plan's own (:func:`.plan_compaction`'s): each has a ``data-file`` with a string path
     and integer size and record count. The rest is shared by its ``repr``, which, unlike ``==``, tells
     ``True`` from ``1`` and ``1.0`` from ``1`` as JSON does; the entries handed out share its lists.
+
+    A delete file that applies to many data files (an equality delete applies to every file of its
+    partition, or of the table) is in each of their entries: the entries share one dict of it, the
+    first one packed, when their ``repr`` is the same. The 200M-row table of bench/mor.py held 16,000
+    copies of its four equality deletes, 60 MB of the plan's 75.
     """
 
     def __init__(self) -> None:
@@ -119,6 +124,8 @@ class EntryPacker:
         self._sizes, self._records, self._shape_of = array("q"), array("q"), array("I")
         self._shapes: list[tuple[dict[str, Any], dict[str, Any]]] = []
         self._known: dict[str, int] = {}
+        #: each delete file's first entry, by its path and sequence number
+        self._deletes: dict[tuple[Any, Any], Any] = {}
 
     def __len__(self) -> int:
         return len(self._paths)
@@ -129,15 +136,24 @@ class EntryPacker:
         self._paths.append(data_file["file-path"])
         self._sizes.append(data_file["file-size-in-bytes"])
         self._records.append(data_file["record-count"])
-        shape = (
-            {k: v for k, v in data_file.items() if k not in _COLUMNS},
-            {k: v for k, v in entry.items() if k != "data-file"},
-        )
+        rest = {k: v for k, v in entry.items() if k != "data-file"}
+        if rest.get("delete-files"):
+            rest["delete-files"] = [self._delete(delete) for delete in rest["delete-files"]]
+        shape = ({k: v for k, v in data_file.items() if k not in _COLUMNS}, rest)
         number = self._known.setdefault(repr(shape), len(self._shapes))
         if number == len(self._shapes):
             self._shapes.append(shape)
         self._shape_of.append(number)
         return len(self._paths) - 1
+
+    def _delete(self, delete: Any) -> Any:
+        """``delete`` (a ``delete-files`` item), or the same one packed before."""
+        content = delete.get("content-file") if isinstance(delete, dict) else None
+        path = content.get("file-path") if isinstance(content, dict) else None
+        if not isinstance(path, str):  # not a delete file: the task's checks say what is wrong
+            return delete
+        known = self._deletes.setdefault((path, repr(delete.get("data-sequence-number"))), delete)
+        return known if known is delete or repr(known) == repr(delete) else delete
 
     def take(self, numbers: Iterable[int]) -> PackedEntries:
         """The entries ``numbers``, in that order."""

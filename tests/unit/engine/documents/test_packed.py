@@ -180,3 +180,80 @@ def test_packed_entries_of_small_files_hold_under_a_third_of_the_dicts_memory() 
 
     assert len(packed) == 10_000
     assert as_packed < as_dicts / 3, (as_packed, as_dicts)
+
+
+def _equality_delete(number: int, *, record_count: Any = 50, sequence: Any = 3) -> dict[str, Any]:
+    """An equality delete of the whole table: every data file's entry has it, each a dict of its own (as
+    a plan read back from JSON has it)."""
+    return {
+        "content-file": {
+            "spec-id": 0,
+            "content": "equality-deletes",
+            "file-path": f"file:///w/t/data/eq-{number}.parquet",
+            "file-format": "parquet",
+            "partition": [],
+            "file-size-in-bytes": 700,
+            "record-count": record_count,
+            "lower-bounds": {"keys": [1], "values": ["a"]},
+            "upper-bounds": {"keys": [1], "values": ["z"]},
+            "equality-ids": [1],
+        },
+        "data-sequence-number": sequence,
+    }
+
+
+def _entries_with_equality_deletes(files: int) -> list[dict[str, Any]]:
+    made = [_entry(n, [], deletes=1) for n in range(files)]  # a position delete of its own each
+    for entry in made:
+        entry["delete-files"].extend(_equality_delete(k) for k in range(4))
+    return made
+
+
+def test_a_delete_file_of_many_entries_is_held_once_and_each_entry_comes_back_as_packed() -> None:
+    expected = _entries_with_equality_deletes(50)
+
+    packed = PackedEntries.pack(copy.deepcopy(expected))
+
+    assert json.dumps(list(packed), sort_keys=True) == json.dumps(expected, sort_keys=True)
+    deletes = [packed[i]["delete-files"] for i in range(len(packed))]
+    assert len({id(d[0]) for d in deletes}) == 50  # each file's own position delete
+    assert [len({id(d[k]) for d in deletes}) for k in range(1, 5)] == [1, 1, 1, 1]
+
+
+def test_a_delete_file_is_shared_only_by_entries_whose_json_of_it_is_the_same() -> None:
+    # One path, told apart by JSON: another sequence number (as a string too), True for 1, 1.0 for 1.
+    variants = [
+        _equality_delete(0),
+        _equality_delete(0, sequence=4),
+        _equality_delete(0, sequence="3"),
+        _equality_delete(0, record_count=True),
+        _equality_delete(0, record_count=50.0),
+        _equality_delete(0),
+    ]
+    expected = [_entry(n, []) for n in range(len(variants))]
+    for entry, variant in zip(expected, variants, strict=True):
+        entry["delete-files"].append(variant)
+
+    packed = PackedEntries.pack(copy.deepcopy(expected))
+
+    assert [json.dumps(e, sort_keys=True) for e in packed] == [
+        json.dumps(e, sort_keys=True) for e in expected
+    ]
+    held = [packed[i]["delete-files"][0] for i in range(len(packed))]
+    assert held[0] is held[5]
+    assert len({id(d) for d in held[:5]}) == 5
+
+
+def test_packed_entries_with_a_delete_file_each_repeats_hold_under_half_of_the_dicts_memory() -> None:
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        dicts = _entries_with_equality_deletes(2_000)
+        as_dicts = tracemalloc.get_traced_memory()[0] - before
+        packed = PackedEntries.pack(dicts)
+        as_packed = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+    assert len(packed) == 2_000
+    assert as_packed < as_dicts / 2, (as_packed, as_dicts)
