@@ -659,3 +659,60 @@ def test_files_read_ahead_and_streamed_alike_get_their_deletes(
     assert _ids(table) == sorted(expected)
     assert result["rewritten_data_files_count"] == len(files)
     assert _live_delete_files(table) == []
+
+
+@pytest.mark.parametrize("path", ["held", "mapped"])
+def test_held_deletes_are_matched_behind_the_decoding_thread_and_a_read_error_stops_both(
+    catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Streamed files under held equality deletes are decoded on a thread of their own and matched on
+    the stream's (apply._stream): the same rows go; a file that cannot be read fails the compaction with
+    its error, leaves the table as it was and no thread behind."""
+    import threading
+
+    import airflow_provider_iceberg_exec.engine.io.read as read_module
+    from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
+
+    table = _create(catalog)
+    for number in range(6):
+        _append(table, range(number * 1000, number * 1000 + 1000))
+    files = sorted(f.file_path for f in data_files(table))
+    commit_position_deletes(table, files[2], [0, 9])
+    _commit_deletes(table, [_equality_deletes(table, {"id": (1, pa.int64(), [5, 3001, 5999])}, spec_id=0)])
+    monkeypatch.setattr(read_module, "SMALL_FILE_BYTES", 0)  # every file streamed, none read by the workers
+    if path == "mapped":
+        monkeypatch.setattr(apply, "HELD_SHARE", 0)
+    decoding, matching = set(), set()
+    real_decode, real_mask = apply.iter_data_file_batches, apply._held_mask
+
+    def decode(*args: Any, **kwargs: Any) -> Any:
+        decoding.add(threading.get_ident())
+        return real_decode(*args, **kwargs)
+
+    def mask(*args: Any, **kwargs: Any) -> Any:
+        matching.add(threading.get_ident())
+        return real_mask(*args, **kwargs)
+
+    monkeypatch.setattr(apply, "iter_data_file_batches", decode)
+    monkeypatch.setattr(apply, "_held_mask", mask)
+    expected = set(range(6000)) - {5, 3001, 5999}
+    expected -= {pq.read_table(files[2].removeprefix("file://")).column("id")[p].as_py() for p in (0, 9)}
+    before = table.metadata_location
+    threads = set(threading.enumerate())
+    lost = files[4]
+    os.rename(lost.removeprefix("file://"), lost.removeprefix("file://") + ".away")
+
+    with pytest.raises(DataFileReadError, match=os.path.basename(lost)):
+        compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    assert catalog.load_table(table.name()).metadata_location == before
+    assert set(threading.enumerate()) <= threads, "a reading thread left behind"
+    os.rename(lost.removeprefix("file://") + ".away", lost.removeprefix("file://"))
+
+    compact(table, options=_ALL, limits=_limits(tmp_path))
+
+    assert _ids(table) == sorted(expected)
+    assert _live_delete_files(table) == []
+    assert decoding, "no file decoded"
+    assert matching, "no batch matched"
+    assert decoding.isdisjoint(matching), "decoded and matched on one thread"

@@ -18,8 +18,12 @@ module streams each data file and turns its deletes into the rows to keep:
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
+import itertools
+import operator
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +54,7 @@ from airflow_provider_iceberg_exec.engine.io.lineage import RowLineage
 from airflow_provider_iceberg_exec.engine.io.read import (
     ProjectionCache,
     iter_data_file_batches,
+    read_ahead,
     read_batch_rows,
     read_files_ahead,
     read_files_joined,
@@ -64,7 +69,10 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import pyarrow as pa
     from pyiceberg.io import FileIO
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
     from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.name_mapping import NameMapping
 
 __all__ = ["HELD_SHARE", "MAPPED_SHARE", "DeleteStats", "iter_live_group_batches"]
 
@@ -169,26 +177,9 @@ def _stream(
     parts = [partition_id(partitions, scanned.data_file) for scanned in files] if held else []
     cache = ProjectionCache()
 
-    def read(job: tuple[int, ScannedFile]) -> Iterator[Read]:
-        ordinal, scanned = job
-        data_file = scanned.data_file
-        batches = iter_data_file_batches(
-            io,
-            data_file,
-            table_schema=schema,
-            spec=specs[data_file.spec_id],
-            name_mapping=name_mapping,
-            format_version=metadata.format_version,
-            batch_size=read_batch_rows(data_file, limits.batch_size),
-            cache=cache,
-            lineage=RowLineage(first_row_id(data_file), scanned.data_sequence_number)
-            if row_lineage
-            else None,
-        )
-        kinds = [kind for kind in held if kind.applies_to(scanned)]
-        if not kinds:
-            return ((batch, None) for batch in batches)
-        return _match_held(batches, kinds, scanned.data_sequence_number, parts[ordinal])
+    read = _FileReader(
+        io, schema, specs, name_mapping, metadata.format_version, limits, cache, held, parts, row_lineage
+    )
 
     no_positions = np.empty(0, dtype=np.int64)
     # Small files are read whole on worker threads ahead of this one (their held equality deletes
@@ -219,24 +210,137 @@ def _stream(
     # files a worker reads in one run are joined there (the work a batch here and downstream outweighs a
     # tiny file's).
     no_deletes = not (held or joined or row_lineage)
-    streams = read_files_ahead(
-        jobs(),
-        read,
-        lambda job: job[1].data_file.file_size_in_bytes,
-        read_run=(lambda run: _read_run(run, read, read_plain)) if no_deletes else None,
-    )
+
+    def size_of(job: tuple[int, ScannedFile]) -> int:
+        return job[1].data_file.file_size_in_bytes
+
+    def positions_of(scanned: ScannedFile) -> npt.NDArray[np.int64]:
+        return deleted_positions(io, scanned) if scanned.delete_files else no_positions
+
+    def files_read(
+        read_one: Callable[[tuple[int, ScannedFile]], Iterator[Read]],
+        read_run: Callable[[list[tuple[int, ScannedFile]]], Iterator[list[Read]]] | None,
+    ) -> Generator[tuple[_FileStart, Read | None], None, None]:
+        return _with_starts(
+            read_files_ahead(jobs(), read_one, size_of, read_run=read_run), taken, positions_of
+        )
+
+    if held:
+        # A streamed file is decoded (and its position deletes read) on a thread of its own, ahead of
+        # this one, which matches its rows: hashing and searching the keys was most of one thread's time
+        # beside the decoding, while the writer's thread waited (bench/mor.py at 200M rows). The workers
+        # ahead read small files and match them, as before.
+        items = read_ahead(
+            files_read(functools.partial(read, match=False), lambda run: (list(read(job)) for job in run)),
+            _DECODED_AHEAD,
+        )
+    else:
+        items = files_read(read, (lambda run: _read_run(run, read, read_plain)) if no_deletes else None)
+    with contextlib.closing(items):
+        for start, group in itertools.groupby(items, key=operator.itemgetter(0)):
+            batches = (_matched(batch) for _, batch in group if batch is not None)
+            yield from _drop_positions(batches, start.positions, matches.of(start.ordinal), stats)
+            progress.advance(files=1, bytes_done=start.scanned.data_file.file_size_in_bytes)
+
+
+@dataclass(frozen=True)
+class _FileReader:
+    """Reads one data file of a stream: ``reader((ordinal, scanned))``."""
+
+    io: FileIO
+    schema: Schema
+    specs: Mapping[int, PartitionSpec]
+    name_mapping: NameMapping | None
+    format_version: int
+    limits: ResourceLimits
+    cache: ProjectionCache
+    held: Sequence[_HeldKind]
+    #: the partition id of each file of the stream, by ordinal (when deletes are held)
+    parts: Sequence[int]
+    row_lineage: bool
+
+    def __call__(self, job: tuple[int, ScannedFile], *, match: bool = True) -> Iterator[Read]:
+        """A data file's batches, each with the mask of its rows the held deletes delete, or, unless
+        ``match``, with what to match them with (:class:`_ToMatch`)."""
+        ordinal, scanned = job
+        data_file = scanned.data_file
+        batches = iter_data_file_batches(
+            self.io,
+            data_file,
+            table_schema=self.schema,
+            spec=self.specs[data_file.spec_id],
+            name_mapping=self.name_mapping,
+            format_version=self.format_version,
+            batch_size=read_batch_rows(data_file, self.limits.batch_size),
+            cache=self.cache,
+            lineage=RowLineage(first_row_id(data_file), scanned.data_sequence_number)
+            if self.row_lineage
+            else None,
+        )
+        kinds = [kind for kind in self.held if kind.applies_to(scanned)]
+        if not kinds:
+            return ((batch, None) for batch in batches)
+        if not match:
+            pending = _ToMatch(kinds, scanned.data_sequence_number, self.parts[ordinal])
+            return ((batch, pending) for batch in batches)
+        return _match_held(batches, kinds, scanned.data_sequence_number, self.parts[ordinal])
+
+
+def _with_starts(
+    streams: Generator[Iterator[Read], None, None],
+    taken: collections.deque[ScannedFile],
+    positions_of: Callable[[ScannedFile], npt.NDArray[np.int64]],
+) -> Generator[tuple[_FileStart, Read | None], None, None]:
+    """Each file's batches of ``streams``, each file first with none: every item with its file's start.
+
+    :param taken: the files ``streams`` is of, queued as they were taken, in the same order."""
     try:
         for ordinal, batches in enumerate(streams):
             scanned = taken.popleft()
-            positions = deleted_positions(io, scanned) if scanned.delete_files else no_positions
-            yield from _drop_positions(batches, positions, matches.of(ordinal), stats)
-            progress.advance(files=1, bytes_done=scanned.data_file.file_size_in_bytes)
+            start = _FileStart(ordinal, scanned, positions_of(scanned))
+            yield start, None
+            for batch in batches:
+                yield start, batch
     finally:
         streams.close()
 
 
-#: A data file's batch with the mask of its rows held equality deletes match (``None``: none apply).
-Read = tuple["pa.RecordBatch", "npt.NDArray[np.bool_] | None"]
+#: A data file's batch with the mask of its rows held equality deletes match (``None``: none apply),
+#: or, decoded ahead of its matching, what to match it with.
+Read = tuple["pa.RecordBatch", "npt.NDArray[np.bool_] | _ToMatch | None"]
+
+#: items (a file's start or a batch) the decoding thread may be ahead of the matching one. One: on
+#: bench/mor.py's 200M-row table three were no faster (305 s against 304) and held 40 MiB more.
+_DECODED_AHEAD = 1
+
+
+@dataclass(frozen=True, eq=False)
+class _FileStart:
+    """A data file of the stream, told from the next one by identity (its batches are grouped by it)."""
+
+    ordinal: int
+    scanned: ScannedFile
+    #: its rows its position deletes and deletion vector delete
+    positions: npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class _ToMatch:
+    """The held kinds of equality deletes that apply to a data file, with its sequence number and
+    partition id: the mask of one of its batches."""
+
+    kinds: Sequence[_HeldKind]
+    sequence_number: int
+    partition: int
+
+    def match(self, batch: pa.RecordBatch) -> npt.NDArray[np.bool_] | None:
+        return _held_mask(batch, self.kinds, self.sequence_number, self.partition)
+
+
+def _matched(read: Read) -> tuple[pa.RecordBatch, npt.NDArray[np.bool_] | None]:
+    """A batch with the mask of its rows held equality deletes delete, matched now if not yet."""
+    batch, mask = read
+    return (batch, mask.match(batch)) if isinstance(mask, _ToMatch) else (batch, mask)
 
 
 def _read_run(
@@ -515,26 +619,33 @@ def _match_held(
     batches: Iterator[pa.RecordBatch], kinds: Sequence[_HeldKind], sequence_number: int, partition: int
 ) -> Iterator[tuple[pa.RecordBatch, npt.NDArray[np.bool_] | None]]:
     """Each batch of a data file with the mask of its rows the held equality deletes delete."""
+    for batch in batches:
+        yield batch, _held_mask(batch, kinds, sequence_number, partition)
+
+
+def _held_mask(
+    batch: pa.RecordBatch, kinds: Sequence[_HeldKind], sequence_number: int, partition: int
+) -> npt.NDArray[np.bool_] | None:
+    """The mask of the rows of ``batch`` the held equality deletes delete (``None``: none)."""
     import numpy as np
     import pyarrow as pa
 
-    for batch in batches:
-        deleted = None
-        for kind in kinds:
-            columns = [batch.column(name) for name in kind.columns]
-            hashes = key_hashes(columns)
-            maybe = np.flatnonzero(kind.hashes.contains(hashes))
-            if not len(maybe):
-                continue
-            rows = pa.array(maybe)
-            n = len(maybe)
-            found = kind.keys.deleted(
-                [column.take(rows) for column in columns],
-                hashes[maybe],
-                np.full(n, sequence_number, dtype=np.int64),
-                np.full(n, partition, dtype=np.int32),
-            )
-            if deleted is None:
-                deleted = np.zeros(batch.num_rows, dtype=bool)
-            deleted[maybe[found]] = True
-        yield batch, deleted
+    deleted = None
+    for kind in kinds:
+        columns = [batch.column(name) for name in kind.columns]
+        hashes = key_hashes(columns)
+        maybe = np.flatnonzero(kind.hashes.contains(hashes))
+        if not len(maybe):
+            continue
+        rows = pa.array(maybe)
+        n = len(maybe)
+        found = kind.keys.deleted(
+            [column.take(rows) for column in columns],
+            hashes[maybe],
+            np.full(n, sequence_number, dtype=np.int64),
+            np.full(n, partition, dtype=np.int32),
+        )
+        if deleted is None:
+            deleted = np.zeros(batch.num_rows, dtype=bool)
+        deleted[maybe[found]] = True
+    return deleted
