@@ -280,10 +280,10 @@ class _FileReader:
         kinds = [kind for kind in self.held if kind.applies_to(scanned)]
         if not kinds:
             return ((batch, None) for batch in batches)
-        if not match:
-            pending = _ToMatch(kinds, scanned.data_sequence_number, self.parts[ordinal])
-            return ((batch, pending) for batch in batches)
-        return _match_held(batches, kinds, scanned.data_sequence_number, self.parts[ordinal])
+        pending = _ToMatch(kinds, scanned.data_sequence_number, self.parts[ordinal])
+        if match:
+            return ((batch, pending.match(batch)) for batch in batches)
+        return ((batch, pending) for batch in batches)
 
 
 def _with_starts(
@@ -613,14 +613,6 @@ def _map_bucket_bytes(limits: ResourceLimits) -> int:
     about three times that, before the data stream; fewer, larger ranges make fewer mapped chunks for
     each probe to visit)."""
     return max(1 << 20, limits.memory_limit_bytes // 8)
-
-
-def _match_held(
-    batches: Iterator[pa.RecordBatch], kinds: Sequence[_HeldKind], sequence_number: int, partition: int
-) -> Iterator[tuple[pa.RecordBatch, npt.NDArray[np.bool_] | None]]:
-    """Each batch of a data file with the mask of its rows the held equality deletes delete."""
-    for batch in batches:
-        yield batch, _held_mask(batch, kinds, sequence_number, partition)
 
 
 def _held_mask(
