@@ -122,6 +122,9 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
     )
     rows_written = sum(writer.rows_written for run in runs for writer in run.writers)
     added_bytes = sum(f.file_size_in_bytes for f in added)
+    # The sampler walks the spill directory every 0.1 s: a short sort's runs can come and go between two
+    # walks, so the sort's own count of the runs it spilled counts too.
+    spilled = max(stats.spilled_bytes, sum(run.sort.spilled_bytes for run in runs if run.sort is not None))
     log.info(
         "group %s: %d file(s), %d bytes -> %d file(s), %d bytes, %d rows in %d lane(s)%s; "
         "peak RSS %d MiB, spilled %d MiB",
@@ -138,7 +141,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
             for s in (run.sort for run in runs if run.sort is not None)
         ),
         stats.peak_rss_bytes >> 20,
-        stats.spilled_bytes >> 20,
+        spilled >> 20,
     )
     return RewriteResult(
         schema=REWRITE_RESULT,
@@ -159,7 +162,7 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
         position_deleted_records=deletes.position_deleted,
         equality_deleted_records=deletes.equality_deleted,
         peak_rss_bytes=stats.peak_rss_bytes,
-        spilled_bytes=stats.spilled_bytes,
+        spilled_bytes=spilled,
         elapsed_seconds=round(stats.elapsed_seconds, 3),
     )
 
