@@ -682,15 +682,17 @@ def test_held_deletes_are_matched_behind_the_decoding_thread_and_a_read_error_st
     monkeypatch.setattr(read_module, "SMALL_FILE_BYTES", 0)  # every file streamed, none read by the workers
     if path == "mapped":
         monkeypatch.setattr(apply, "HELD_SHARE", 0)
-    decoding, matching = set(), set()
+    # Thread objects, not idents: an ident is reused once its thread has ended.
+    decoding: set[threading.Thread] = set()
+    matching: set[threading.Thread] = set()
     real_decode, real_mask = apply.iter_data_file_batches, apply._held_mask
 
     def decode(*args: Any, **kwargs: Any) -> Any:
-        decoding.add(threading.get_ident())
+        decoding.add(threading.current_thread())
         return real_decode(*args, **kwargs)
 
     def mask(*args: Any, **kwargs: Any) -> Any:
-        matching.add(threading.get_ident())
+        matching.add(threading.current_thread())
         return real_mask(*args, **kwargs)
 
     monkeypatch.setattr(apply, "iter_data_file_batches", decode)
@@ -708,6 +710,8 @@ def test_held_deletes_are_matched_behind_the_decoding_thread_and_a_read_error_st
     assert catalog.load_table(table.name()).metadata_location == before
     assert set(threading.enumerate()) <= threads, "a reading thread left behind"
     os.rename(lost.removeprefix("file://") + ".away", lost.removeprefix("file://"))
+    decoding.clear()
+    matching.clear()
 
     compact(table, options=_ALL, limits=_limits(tmp_path))
 
