@@ -12,9 +12,9 @@ lookup); the few others are compared, every key column exactly and null-safely, 
 hash, read from the files where they lie, so the data files are still read once, as they stream.
 
 The rows are sorted without holding them: they are split by hash range into staged buckets that each
-fit a bucket budget, then each bucket is sorted and appended, range after range. The pages of the mapped
-hashes a lookup touched are dropped a region at a time (``MADV_DONTNEED``; the kernel's page cache keeps
-the file), so the process's resident memory does not grow with the files.
+fit a bucket budget, then each bucket is sorted and appended, range after range. A lookup in hashes on
+disk reads them a region at a time into a buffer of its thread's, so the process's resident memory does
+not grow with the files (the kernel's page cache keeps them).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_iceberg_exec.engine.deletes.keysets import (
     HASH_BYTES,
@@ -62,6 +62,7 @@ _RANGE_CHUNKS = 256
 #: a mapped row's sequence number and partition id, side by side
 _ROW_DTYPE = [("seq", "<i8"), ("part", "<i4")]
 _HASH = "__iceberg_exec_mapped_hash"
+_SHORT_READ = "a mapped delete file is shorter than its layout: was it changed while in use?"
 
 
 #: sorted hashes a fence of :class:`MappedHashSet` stands for (a page of them)
@@ -108,16 +109,22 @@ def mapped_bitmap_bytes(rows: int, budget: int) -> int:
 
 
 class MappedHashSet(HashSet):
-    """A :class:`~.keysets.HashSet` whose sorted hashes (repeats allowed) are mapped from disk: in memory
-    only its bitmap and a fence every :data:`_FENCE_VALUES` hashes. A lookup searches its hashes in
-    ascending order, those of one region of :data:`_REGION_VALUES` sorted hashes at a time, and drops the
-    region's pages once it is searched, so the mapping holds about a region in the process whatever its
-    size: 10M delete rows' hashes are 40 MB, more than a 64 MiB limit's share for them."""
+    """A :class:`~.keysets.HashSet` whose sorted hashes (repeats allowed) are on disk: in memory only its
+    bitmap and a fence every :data:`_FENCE_VALUES` hashes. A lookup searches its hashes in ascending
+    order, those of one region of :data:`_REGION_VALUES` sorted hashes at a time, read from the file into a
+    buffer of the thread's, so the set holds a region for each thread looking up whatever its size: 10M
+    delete rows' hashes are 40 MB, more than a 64 MiB limit's share for them.
+
+    :param mapped: the file mapped (the bitmap is built through it, its pages dropped as it goes).
+    :param drop: drops a span (start, end) of ``mapped``'s pages from the process.
+    :param fd: the file open for reading: lookups read it (the caller closes it).
+    """
 
     def __init__(
         self,
         mapped: mmap.mmap,
         drop: Callable[[tuple[int, int]], None],
+        fd: int,
         *,
         bitmap_bytes: int = HashSet.BITMAP_BYTES,
     ) -> None:
@@ -125,21 +132,37 @@ class MappedHashSet(HashSet):
 
         ordered = np.frombuffer(mapped, dtype=np.uint32)
         self._drop = drop
-        self._size = len(mapped)
+        self._fd = fd
+        self._buffers = threading.local()
         super().__init__(ordered, presorted=True, bitmap_bytes=bitmap_bytes)
         self._fences = ordered[::_FENCE_VALUES].copy()
-        drop((0, self._size))
+        drop((0, len(mapped)))
 
     def _read(self, start: int, stop: int) -> None:
         # the bitmap is built a chunk of hashes at a time (1 MiB): each chunk's pages go once it is read
         self._drop((start * HASH_BYTES // mmap.PAGESIZE * mmap.PAGESIZE, stop * HASH_BYTES))
 
     def bounds(self, hashes: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        import numpy as np
+
+        # The rows a lookup finds are the ones whose bounds are asked next: this thread's last lookup kept
+        # where its hashes start and end, so their regions are not read again.
+        last = getattr(self._buffers, "found", None)
+        if last is not None and len(last[0]):
+            known, starts, stops = last
+            at = np.minimum(np.searchsorted(known, hashes), len(known) - 1)
+            if (known[at] == hashes).all():
+                return starts[at], stops[at] - starts[at]
         low, high, _found = self._searched(hashes, ends=True)
         return low, high - low
 
     def _among(self, hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
-        return self._searched(hashes, ends=False)[2]
+        import numpy as np
+
+        starts, stops, found = self._searched(hashes, ends=True)
+        order = np.argsort(hashes[found])
+        self._buffers.found = (hashes[found][order], starts[found][order], stops[found][order])
+        return found
 
     def _searched(
         self, hashes: npt.NDArray[np.uint32], *, ends: bool
@@ -148,14 +171,12 @@ class MappedHashSet(HashSet):
         and whether it is there: a region of the sorted hashes at a time, each hash searched within its
         region alone.
 
-        NumPy searches ascending keys from the last key's place to the end of the array, so a search over
-        the whole mapping touched pages all over it (up to 38 MiB of a 40 MB mapping resident during a
-        lookup, each page faulted in again after every drop). The fences bound where a hash starts: after
-        the fence span before the first fence not below it, and at most at that fence, so within one region
-        or at its end, where the next region's first hash (a fence) is. Nothing past a region is read (the
-        kernel may map a whole folio, up to the region's size, for one page touched), but for a hash whose
-        repeats run on into the next region: its end is searched in the one fence span it lies in. Each
-        region's pages are dropped once its hashes are searched, and the whole mapping's at the end."""
+        The fences bound where a hash starts: after the fence span before the first fence not below it, and
+        at most at that fence, so within one region or at its end, where the next region's first hash (a
+        fence) is. Only a hash whose repeats run on into the next region is searched past its region, in
+        the one fence span its end lies in. The regions are read, not mapped: a mapping's pages were
+        faulted in again after every drop, and each drop stopped both cores (at 200M data rows, the search
+        through the mapping took 54 s of the matching thread and its drops 10 s)."""
         import numpy as np
 
         count, size = len(hashes), len(self._sorted)
@@ -166,42 +187,59 @@ class MappedHashSet(HashSet):
         ordered = hashes[order]
         span = np.searchsorted(self._fences, ordered, side="left")
         region = np.maximum(span - 1, 0) * _FENCE_VALUES // _REGION_VALUES
-        try:
-            for first, last in _runs(region):
-                low = int(region[first]) * _REGION_VALUES
-                high = min(size, low + _REGION_VALUES)
-                values, wanted, rows = self._sorted[low:high], ordered[first:last], order[first:last]
-                at = np.searchsorted(values, wanted, side="left")
-                starts[rows] = low + at
-                here = values[np.minimum(at, high - low - 1)] == wanted
-                # past every value of the region: the next region's first hash, if any, is the one
-                on = (
-                    (wanted == self._fences[high // _FENCE_VALUES])
-                    if high < size
-                    else np.zeros(len(wanted), bool)
-                )
-                found[rows] = here | ((at == high - low) & on)
-                if ends:
-                    end = np.searchsorted(values, wanted, side="right")
-                    stops[rows] = low + end
-                    for past in np.flatnonzero((end == high - low) & on):
-                        stops[rows[past]] = self._end_of(wanted[past])
-                page = low * HASH_BYTES // mmap.PAGESIZE * mmap.PAGESIZE
-                self._drop((page, high * HASH_BYTES))
-        finally:
-            self._drop((0, self._size))
+        for first, last in _runs(region):
+            low = int(region[first]) * _REGION_VALUES
+            high = min(size, low + _REGION_VALUES)
+            values, wanted, rows = self._region(low, high), ordered[first:last], order[first:last]
+            at = np.searchsorted(values, wanted, side="left")
+            starts[rows] = low + at
+            here = values[np.minimum(at, high - low - 1)] == wanted
+            # past every value of the region: the next region's first hash, if any, is the one
+            on = (
+                (wanted == self._fences[high // _FENCE_VALUES])
+                if high < size
+                else np.zeros(len(wanted), bool)
+            )
+            found[rows] = here | ((at == high - low) & on)
+            if ends:
+                end = np.searchsorted(values, wanted, side="right")
+                stops[rows] = low + end
+                for past in np.flatnonzero((end == high - low) & on):
+                    stops[rows[past]] = self._end_of(wanted[past])
         return starts, stops, found
+
+    def _region(self, low: int, high: int) -> npt.NDArray[np.uint32]:
+        """The sorted hashes ``low`` to ``high`` (at most a region), read into this thread's buffer."""
+        import numpy as np
+
+        buffer = getattr(self._buffers, "region", None)
+        if buffer is None:
+            buffer = self._buffers.region = np.empty(_REGION_VALUES, dtype=np.uint32)
+        values = buffer[: high - low]
+        _read_into(self._fd, values, low * HASH_BYTES)
+        return values
 
     def _end_of(self, value: np.uint32) -> int:
         """Where the run of ``value``, a fence, ends in :attr:`sorted`: within the fence span before the
-        first fence above it (its pages dropped at once: they are the next region's)."""
+        first fence above it."""
         import numpy as np
 
         low = (int(np.searchsorted(self._fences, value, side="right")) - 1) * _FENCE_VALUES
-        high = min(len(self._sorted), low + _FENCE_VALUES)
-        end = low + int(np.searchsorted(self._sorted[low:high], value, side="right"))
-        self._drop((low * HASH_BYTES // mmap.PAGESIZE * mmap.PAGESIZE, high * HASH_BYTES))
-        return end
+        values = np.empty(min(len(self._sorted), low + _FENCE_VALUES) - low, dtype=np.uint32)
+        _read_into(self._fd, values, low * HASH_BYTES)
+        return low + int(np.searchsorted(values, value, side="right"))
+
+
+def _read_into(fd: int, values: npt.NDArray[Any], offset: int) -> None:
+    """Fill ``values`` with the bytes of ``fd`` from ``offset``; a short read (a file cut while in use)
+    raises."""
+    view = memoryview(values).cast("B")  # type: ignore[arg-type]
+    done = 0
+    while done < len(view):
+        read = os.preadv(fd, [view[done:]], offset + done)
+        if not read:
+            raise ValueError(_SHORT_READ)
+        done += read
 
 
 class MappedDeleteKeys:
@@ -237,13 +275,15 @@ class MappedDeleteKeys:
 
         self._global = is_global
         self._maps: list[mmap.mmap] = []
+        self._fds: list[int] = []
         self._lock = threading.Lock()
         #: the hashes in ascending order, with repeats: their positions are the mapped rows'
         self.hashes: HashSet
         if isinstance(hashes, str):
             mapped = self._map(hashes)
+            self._fds.append(os.open(hashes, os.O_RDONLY))
             self.hashes = MappedHashSet(
-                mapped, functools.partial(self._drop, mapped), bitmap_bytes=bitmap_bytes
+                mapped, functools.partial(self._drop, mapped), self._fds[-1], bitmap_bytes=bitmap_bytes
             )
         else:
             self.hashes = HashSet(hashes, presorted=True, bitmap_bytes=bitmap_bytes)
@@ -269,7 +309,7 @@ class MappedDeleteKeys:
         self._rows_count = os.path.getsize(rows_path) // np.dtype(_ROW_DTYPE).itemsize
         if not (self._rows_count == len(self.hashes) == self._starts[-1]):
             raise ValueError("mapped delete rows, their hashes and their keys differ in length")
-        self._fds = [os.open(keys_path, os.O_RDONLY), os.open(rows_path, os.O_RDONLY)]
+        self._fds[:0] = [os.open(keys_path, os.O_RDONLY), os.open(rows_path, os.O_RDONLY)]
 
     def _map(self, path: str) -> mmap.mmap:
         with open(path, "rb") as f:
@@ -480,7 +520,7 @@ def _read_all(fd: int, spans: list[tuple[int, int]]) -> bytes:
     pread = os.pread
     read = b"".join([pread(fd, length, offset) for offset, length in spans if length])
     if len(read) != sum(length for _, length in spans):
-        raise ValueError("a mapped delete file is shorter than its layout: was it changed while in use?")
+        raise ValueError(_SHORT_READ)
     return read
 
 
@@ -621,13 +661,13 @@ def sorted_hash_set(unsorted: str, *, bitmap_bytes: int, sort_bytes: int) -> Ite
             return
         with open(ordered, "rb") as f:
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        hashes = MappedHashSet(mapped, drop, bitmap_bytes=bitmap_bytes)
-        try:
-            yield hashes
-        finally:
-            del hashes
-            with lock, contextlib.suppress(BufferError):  # a view still alive: unmapped when it goes
-                mapped.close()
+            hashes = MappedHashSet(mapped, drop, f.fileno(), bitmap_bytes=bitmap_bytes)
+            try:
+                yield hashes
+            finally:
+                del hashes
+                with lock, contextlib.suppress(BufferError):  # a view still alive: unmapped when it goes
+                    mapped.close()
     finally:
         for path in (unsorted, ordered, *parts):
             with contextlib.suppress(FileNotFoundError):

@@ -222,18 +222,18 @@ def test_staged_ranges_are_removed_once_mapped(tmp_path: Path, hold_hashes: bool
 
 def _mapped_hashes(
     path: Path, hashes: np.ndarray, bitmap_bytes: int = HashSet.BITMAP_BYTES
-) -> tuple[MappedHashSet, list[tuple[int, int]], mmap.mmap]:
-    """``hashes`` (sorted) written to ``path`` and mapped; the spans the set drops, as it drops them."""
+) -> tuple[MappedHashSet, list[tuple[int, int]], mmap.mmap, int]:
+    """``hashes`` (sorted) written to ``path``, mapped and open; the spans the set drops, as it drops them."""
     hashes.astype(np.uint32).tofile(path)
-    with open(path, "rb") as f:
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    fd = os.open(path, os.O_RDONLY)
+    mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     dropped: list[tuple[int, int]] = []
 
     def drop(span: tuple[int, int]) -> None:
         dropped.append(span)
         mapped.madvise(mmap.MADV_DONTNEED, span[0], span[1] - span[0])
 
-    return MappedHashSet(mapped, drop, bitmap_bytes=bitmap_bytes), dropped, mapped
+    return MappedHashSet(mapped, drop, fd, bitmap_bytes=bitmap_bytes), dropped, mapped, fd
 
 
 @pytest.mark.parametrize("bitmap_bytes", [1, HashSet.BITMAP_BYTES, 8 << 20])
@@ -251,17 +251,19 @@ def test_mapped_hashes_answer_as_held_ones(
         np.concatenate([rng.integers(5, 400, 300), np.full(9, 200), [0, 2**32 - 1]]).astype(np.uint32)
     )
     in_memory = HashSet(ordered, presorted=True)
-    mapped, _dropped, handle = _mapped_hashes(tmp_path / "hashes.bin", ordered, bitmap_bytes)
+    mapped, _dropped, handle, fd = _mapped_hashes(tmp_path / "hashes.bin", ordered, bitmap_bytes)
     probe = np.concatenate([ordered, ordered + 1, ordered - 1, rng.integers(0, 2**32, 500)]).astype(np.uint32)
     rng.shuffle(probe)
     assert len(mapped) == len(ordered)
     assert mapped.contains(probe).tolist() == in_memory.contains(probe).tolist()
-    low, count = mapped.bounds(probe)
-    expected_low, expected_count = in_memory.bounds(probe)
-    assert low.tolist() == expected_low.tolist()
-    assert count.tolist() == expected_count.tolist()
+    for asked in (probe, probe[mapped.contains(probe)]):  # all of them, and those found (kept by the lookup)
+        low, count = mapped.bounds(asked)
+        expected_low, expected_count = in_memory.bounds(asked)
+        assert low.tolist() == expected_low.tolist()
+        assert count.tolist() == expected_count.tolist()
     del mapped, in_memory
     handle.close()
+    os.close(fd)
 
 
 def _resident_kib(path: Path) -> int:
@@ -277,43 +279,52 @@ def _resident_kib(path: Path) -> int:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads /proc/self/smaps")
-def test_a_lookup_holds_one_region_of_the_mapped_hashes_at_a_time_and_leaves_none(tmp_path: Path) -> None:
+def test_a_lookup_reads_each_region_of_the_hashes_once_and_maps_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """2M hashes (8 MB, four regions): after building the bitmap (a chunk's pages dropped as it is read)
-    and after a lookup, none of the mapping's pages stay in the process; each region is searched on its
-    own and dropped, and while it is searched no more than that region's pages are in the process (a
-    search over the whole mapping touched pages all over it)."""
+    none of the mapping's pages stay in the process, and a lookup maps none: it reads each region it
+    searches once, whole, into one buffer of its thread's (searched through the mapping, each page was
+    faulted in again after each drop), and none for the bounds of the hashes it found."""
     path = tmp_path / "hashes.bin"
     ordered = np.sort(np.random.default_rng(5).integers(0, 2**32, 2_000_000, dtype=np.uint64)).astype(
         np.uint32
     )
-    mapped, dropped, handle = _mapped_hashes(path, ordered)
+    mapped, dropped, handle, fd = _mapped_hashes(path, ordered)
     assert _resident_kib(path) == 0
     size = len(ordered) * 4
     chunk = HashSet._BUILD_CHUNK * 4  # the bitmap is built this many bytes of hashes at a time
     assert dropped == [*((start, min(size, start + chunk)) for start in range(0, size, chunk)), (0, size)]
     dropped.clear()
     region_bytes = mapped_module._REGION_VALUES * 4
-    resident_at_drops: list[int] = []
-    drop = mapped._drop
+    reads: list[tuple[int, int, int]] = []
+    preadv = os.preadv
 
-    def measured(span: tuple[int, int]) -> None:
-        resident_at_drops.append(_resident_kib(path))
-        drop(span)
+    def recorded(fd: int, buffers: list[memoryview], offset: int) -> int:
+        reads.append((offset, len(buffers[0]), np.frombuffer(buffers[0], dtype=np.uint8).ctypes.data))
+        return preadv(fd, buffers, offset)
 
-    mapped._drop = measured  # type: ignore[method-assign]
-    # no region's first hash: its run would be looked for past its region (in a fence span, dropped at once)
+    monkeypatch.setattr(mapped_module.os, "preadv", recorded)
+    regions = [(r * region_bytes, min(size, (r + 1) * region_bytes) - r * region_bytes) for r in range(4)]
+    # no region's first hash: its run would be looked for past its region too (in one fence span)
     probe = np.delete(ordered, np.arange(0, len(ordered), mapped_module._REGION_VALUES))[::3]
-    for lookup in ("contains", "bounds"):
-        resident_at_drops.clear()
-        getattr(mapped, lookup)(probe)
+    in_memory = HashSet(ordered, presorted=True)
+    for lookup, asked, read in [
+        ("contains", probe, regions),
+        ("bounds", probe, []),  # where the hashes the lookup found start and end: kept by the lookup
+        ("bounds", probe + 1, regions),  # others: searched
+    ]:
+        reads.clear()
+        answer = getattr(mapped, lookup)(asked)
+        expected = getattr(in_memory, lookup)(asked)
+        assert np.array_equal(np.stack(answer), np.stack(expected))
+        assert [(offset, length) for offset, length, _ in reads] == read
+        assert len({address for _, _, address in reads}) <= 1, "one buffer for the thread's regions"
         assert _resident_kib(path) == 0
-        # a region, and room for the kernel's fault-around (64 KiB) either side
-        assert max(resident_at_drops) <= (region_bytes + 2 * 65536) // 1024
-    assert mapped.contains(probe).all()
-    regions = [(r * region_bytes, min(size, (r + 1) * region_bytes)) for r in range(4)]
-    assert dropped == [*regions, (0, size)] * 3  # contains, bounds, contains
+    assert dropped == []
     del mapped
     handle.close()
+    os.close(fd)
 
 
 def test_mapped_hashes_take_their_bitmap_fences_and_a_region() -> None:
