@@ -232,11 +232,16 @@ class MappedHashSet(HashSet):
 
 def _read_into(fd: int, values: npt.NDArray[Any], offset: int) -> None:
     """Fill ``values`` with the bytes of ``fd`` from ``offset``; a short read (a file cut while in use)
-    raises."""
+    raises. Where the system has no ``preadv`` (macOS), through ``pread``'s bytes."""
     view = memoryview(values).cast("B")  # type: ignore[arg-type]
     done = 0
     while done < len(view):
-        read = os.preadv(fd, [view[done:]], offset + done)
+        if hasattr(os, "preadv"):
+            read = os.preadv(fd, [view[done:]], offset + done)
+        else:
+            chunk = os.pread(fd, len(view) - done, offset + done)
+            read = len(chunk)
+            view[done : done + read] = chunk
         if not read:
             raise ValueError(_SHORT_READ)
         done += read

@@ -236,16 +236,20 @@ def _mapped_hashes(
     return MappedHashSet(mapped, drop, fd, bitmap_bytes=bitmap_bytes), dropped, mapped, fd
 
 
+@pytest.mark.parametrize("preadv", [True, False])
 @pytest.mark.parametrize("bitmap_bytes", [1, HashSet.BITMAP_BYTES, 8 << 20])
 @pytest.mark.parametrize(("fence", "region"), [(2, 4), (4, 4), (1024, 1 << 19)])
 def test_mapped_hashes_answer_as_held_ones(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fence: int, region: int, bitmap_bytes: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fence: int, region: int, bitmap_bytes: int, preadv: bool
 ) -> None:
     """Repeated hashes (a run across fences and regions), the smallest and largest, values between and
     beyond them: where each starts, how many there are, and whether it is there, as in memory (with a
-    bitmap of one byte, every probe is searched in the mapped hashes)."""
+    bitmap of one byte, every probe is searched in the hashes on disk), read with ``preadv`` or, where
+    the system has none, ``pread``."""
     monkeypatch.setattr(mapped_module, "_FENCE_VALUES", fence)
     monkeypatch.setattr(mapped_module, "_REGION_VALUES", region)
+    if not preadv:
+        monkeypatch.delattr(os, "preadv")
     rng = np.random.default_rng(3)
     ordered = np.sort(
         np.concatenate([rng.integers(5, 400, 300), np.full(9, 200), [0, 2**32 - 1]]).astype(np.uint32)
