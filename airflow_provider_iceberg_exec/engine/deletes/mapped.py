@@ -67,8 +67,8 @@ _SHORT_READ = "a mapped delete file is shorter than its layout: was it changed w
 
 #: sorted hashes a fence of :class:`MappedHashSet` stands for (a page of them)
 _FENCE_VALUES = 1024
-#: sorted hashes a lookup of :class:`MappedHashSet` searches before their pages are dropped (2 MiB); a
-#: whole number of fences, so that a region's last fence span ends at the next region's first fence
+#: sorted hashes a lookup of :class:`MappedHashSet` reads and searches at once (2 MiB); a whole number of
+#: fences, so that a region's last fence span ends at the next region's first fence
 _REGION_VALUES = 1 << 19
 
 
@@ -258,7 +258,7 @@ class MappedDeleteKeys:
     :param keys_path: the Arrow IPC file of the key columns, one record batch per hash range.
     :param rows_path: each row's sequence number and partition id (:data:`_ROW_DTYPE`), in the same order.
     :param hashes: each row's key hash, in the same (ascending) order, or the file of them (4 bytes each,
-        native order), then mapped too (:class:`MappedHashSet`).
+        native order), then read from it (:class:`MappedHashSet`).
     :param is_global: the deletes apply whatever the data row's partition.
     :param bitmap_bytes: the size of the hash set's bitmap (:func:`mapped_bitmap_bytes`).
     """
