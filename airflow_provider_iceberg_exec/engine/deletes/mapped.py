@@ -153,23 +153,22 @@ class MappedHashSet(HashSet):
             at = np.minimum(np.searchsorted(known, hashes), len(known) - 1)
             if (known[at] == hashes).all():
                 return starts[at], stops[at] - starts[at]
-        low, high, _found = self._searched(hashes, ends=True)
+        low, high, _found = self._searched(hashes)
         return low, high - low
 
     def _among(self, hashes: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
         import numpy as np
 
-        starts, stops, found = self._searched(hashes, ends=True)
+        starts, stops, found = self._searched(hashes)
         order = np.argsort(hashes[found])
         self._buffers.found = (hashes[found][order], starts[found][order], stops[found][order])
         return found
 
     def _searched(
-        self, hashes: npt.NDArray[np.uint32], *, ends: bool
+        self, hashes: npt.NDArray[np.uint32]
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
-        """Where each of ``hashes`` starts in :attr:`sorted`, where it ends (with ``ends``; else zeros),
-        and whether it is there: a region of the sorted hashes at a time, each hash searched within its
-        region alone.
+        """Where each of ``hashes`` starts in :attr:`sorted`, where it ends, and whether it is there: a
+        region of the sorted hashes at a time, each hash searched within its region alone.
 
         The fences bound where a hash starts: after the fence span before the first fence not below it, and
         at most at that fence, so within one region or at its end, where the next region's first hash (a
@@ -201,11 +200,10 @@ class MappedHashSet(HashSet):
                 else np.zeros(len(wanted), bool)
             )
             found[rows] = here | ((at == high - low) & on)
-            if ends:
-                end = np.searchsorted(values, wanted, side="right")
-                stops[rows] = low + end
-                for past in np.flatnonzero((end == high - low) & on):
-                    stops[rows[past]] = self._end_of(wanted[past])
+            end = np.searchsorted(values, wanted, side="right")
+            stops[rows] = low + end
+            for past in np.flatnonzero((end == high - low) & on):
+                stops[rows[past]] = self._end_of(wanted[past])
         return starts, stops, found
 
     def _region(self, low: int, high: int) -> npt.NDArray[np.uint32]:
