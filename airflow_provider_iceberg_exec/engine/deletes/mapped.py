@@ -280,39 +280,43 @@ class MappedDeleteKeys:
         self._maps: list[mmap.mmap] = []
         self._fds: list[int] = []
         self._lock = threading.Lock()
-        #: the hashes in ascending order, with repeats: their positions are the mapped rows'
-        self.hashes: HashSet
-        if isinstance(hashes, str):
-            mapped = self._map(hashes)
-            self._fds.append(os.open(hashes, os.O_RDONLY))
-            self.hashes = MappedHashSet(
-                mapped, functools.partial(self._drop, mapped), self._fds[-1], bitmap_bytes=bitmap_bytes
+        try:
+            #: the hashes in ascending order, with repeats: their positions are the mapped rows'
+            self.hashes: HashSet
+            if isinstance(hashes, str):
+                mapped = self._map(hashes)
+                self._fds.append(os.open(hashes, os.O_RDONLY))
+                self.hashes = MappedHashSet(
+                    mapped, functools.partial(self._drop, mapped), self._fds[-1], bitmap_bytes=bitmap_bytes
+                )
+            else:
+                self.hashes = HashSet(hashes, presorted=True, bitmap_bytes=bitmap_bytes)
+            #: bytes of memory the hashes take (:func:`mapped_bytes`)
+            self.held_bytes = mapped_bytes(
+                len(self.hashes), hashes_held=not isinstance(hashes, str), bitmap_bytes=bitmap_bytes
             )
-        else:
-            self.hashes = HashSet(hashes, presorted=True, bitmap_bytes=bitmap_bytes)
-        #: bytes of memory the hashes take (:func:`mapped_bytes`)
-        self.held_bytes = mapped_bytes(
-            len(self.hashes), hashes_held=not isinstance(hashes, str), bitmap_bytes=bitmap_bytes
-        )
-        keys = self._map(keys_path)
-        self._keys_map = keys
-        view = pa.py_buffer(keys)
-        reader = pa.ipc.open_file(view)
-        # The chunks' buffers point into the mapping: only their metadata is read through it. A candidate's
-        # values are read from the file where each layout says they are (:func:`_gather`).
-        self._chunks = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-        self._spans = [_span(chunk, view.address, len(keys)) for chunk in self._chunks]
-        self._layouts = [
-            [_Layout.of(c, view.address, len(keys)) for c in chunk.columns] for chunk in self._chunks
-        ]
-        self._starts = np.cumsum([0, *(c.num_rows for c in self._chunks)]).astype(np.int64)
-        # A probe reads no page of the mapping (a type without a layout drops its chunk's), and the hashes
-        # drop theirs a lookup at a time: the metadata's pages, read once here, are all that is dropped.
-        self._drop(keys, (0, len(keys)))
-        self._rows_count = os.path.getsize(rows_path) // np.dtype(_ROW_DTYPE).itemsize
-        if not (self._rows_count == len(self.hashes) == self._starts[-1]):
-            raise ValueError("mapped delete rows, their hashes and their keys differ in length")
-        self._fds[:0] = [os.open(keys_path, os.O_RDONLY), os.open(rows_path, os.O_RDONLY)]
+            keys = self._map(keys_path)
+            self._keys_map = keys
+            view = pa.py_buffer(keys)
+            reader = pa.ipc.open_file(view)
+            # The chunks' buffers point into the mapping: only their metadata is read through it. A
+            # candidate's values are read from the file where each layout says they are (:func:`_gather`).
+            self._chunks = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            self._spans = [_span(chunk, view.address, len(keys)) for chunk in self._chunks]
+            self._layouts = [
+                [_Layout.of(c, view.address, len(keys)) for c in chunk.columns] for chunk in self._chunks
+            ]
+            self._starts = np.cumsum([0, *(c.num_rows for c in self._chunks)]).astype(np.int64)
+            # A probe reads no page of the mapping (a type without a layout drops its chunk's), and the
+            # hashes are read: the metadata's pages, read once here, are all that is dropped.
+            self._drop(keys, (0, len(keys)))
+            self._rows_count = os.path.getsize(rows_path) // np.dtype(_ROW_DTYPE).itemsize
+            if not (self._rows_count == len(self.hashes) == self._starts[-1]):
+                raise ValueError("mapped delete rows, their hashes and their keys differ in length")
+            self._fds[:0] = [os.open(keys_path, os.O_RDONLY), os.open(rows_path, os.O_RDONLY)]
+        except BaseException:  # the files opened so far are not left open
+            self.close()
+            raise
 
     def _map(self, path: str) -> mmap.mmap:
         with open(path, "rb") as f:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
+import gc
 import mmap
 import os
 import uuid
@@ -539,6 +540,27 @@ def test_types_without_a_layout_are_taken_from_the_mapping_alike(tmp_path: Path)
     probe = [*keys[::3], "absent"]
     assert _deleted(held, [pa.array(probe)], [1] * len(probe), [0] * len(probe)) == [*[True] * 67, False]
     held.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_mapped_files_that_differ_in_length_are_refused_and_left_closed(tmp_path: Path) -> None:
+    """Rows, hashes and keys of another length (a rows file cut short): refused, no file left open."""
+    keys = [f"k{i}" for i in range(50)]
+    held = _map(str(tmp_path), [pa.array(keys)], [5] * 50, [0] * 50, is_global=True, hold_hashes=False)
+    assert held is not None
+    held.close()
+    rows = tmp_path / "rows.bin"
+    rows.write_bytes(rows.read_bytes()[:-12])
+    open_before = len(os.listdir("/proc/self/fd"))
+
+    with pytest.raises(ValueError, match="differ in length") as refused:
+        MappedDeleteKeys(
+            str(tmp_path / "keys.arrow"), str(rows), str(tmp_path / "hashes.bin"), is_global=True
+        )
+    del refused  # its traceback holds the half-made object: the mappings' own descriptors go with it
+    gc.collect()
+
+    assert len(os.listdir("/proc/self/fd")) == open_before
 
 
 @pytest.mark.parametrize("sort_bytes", [64, 1 << 20])
