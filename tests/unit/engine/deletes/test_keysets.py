@@ -133,6 +133,58 @@ def test_a_repeated_delete_key_keeps_its_highest_sequence_number() -> None:
     assert _deleted(keys, [pa.array(["a", "a", "b"])], [7, 8, 2], [0, 0, 0]) == [True, False, False]
 
 
+_BYTE_TYPES = [pa.string(), pa.large_string(), pa.binary(), pa.large_binary(), pa.string_view()]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.none(), st.text(max_size=40)), min_size=1, max_size=40),
+    cut=st.integers(0, 5),
+    kind=st.sampled_from(_BYTE_TYPES),
+)
+def test_a_string_hashes_alike_whatever_its_array_its_neighbours_or_its_slice(
+    values: list[str | None], cut: int, kind: pa.DataType
+) -> None:
+    """Strings and binaries are hashed from their bytes, eight at a time: a value's hash is its own,
+    whether the values around it are of its length (read as rows of words) or not (read from any byte),
+    in any string or binary array, sliced or not."""
+    alone = [key_hashes([pa.array([value], pa.string())])[0] for value in values]
+    padded = ["x" * 50] * cut + values + ["y" * 3]
+    array = pa.array(padded, kind)[cut : cut + len(values)]
+    assert list(key_hashes([array])) == alone
+    assert [h == alone[0] for h in alone] == [v == values[0] for v in values]  # no collision among these
+
+
+def test_values_of_one_length_and_of_many_hash_alike() -> None:
+    same = [f"{i:013d}" for i in range(0, 3000, 7)]  # one length: read as rows of words
+    mixed = [*same, "short", "a much longer value than the others"]  # read from any byte
+    assert list(key_hashes([pa.array(same)])) == list(key_hashes([pa.array(mixed)]))[: len(same)]
+    fixed = pa.array([uuid.uuid4().bytes for _ in range(50)], pa.binary(16))
+    assert list(key_hashes([fixed])) == list(key_hashes([fixed.cast(pa.binary())]))
+    assert list(key_hashes([fixed[7:]])) == list(key_hashes([fixed]))[7:]
+
+
+def test_integers_of_any_width_hash_alike() -> None:
+    assert list(key_hashes([pa.array([1, None, -5], pa.int32())])) == list(
+        key_hashes([pa.array([1, None, -5], pa.int64())])
+    )
+
+
+@pytest.mark.parametrize(
+    "column",
+    [pa.array([f"key-{i}" for i in range(20_000)]), pa.array(range(20_000), pa.int64())],
+    ids=["strings", "longs"],
+)
+def test_a_single_column_hash_takes_all_32_bits(column: pa.Array) -> None:
+    """A bitmap or a range keyed by a hash's top bits uses all of them: the bucket transform's hashes
+    are below 2**31, and a single column's were taken as they were (half the bitmap unused)."""
+    hashed = key_hashes([column])
+    top = hashed >> np.uint32(31)
+    assert 0.45 < top.mean() < 0.55
+    quarters = np.bincount(hashed >> np.uint32(30), minlength=4)
+    assert quarters.min() > 0.9 * quarters.mean()
+
+
 def test_buckets_spread_hashes_and_sorted_search_finds_members() -> None:
     hashed = key_hashes([pa.array([f"key-{i}" for i in range(10_000)])])
     counts = np.bincount(bucket_of(hashed, 7), minlength=7)
