@@ -61,6 +61,8 @@ _MIN_ROW_GROUP_BYTES = 16384
 _RANGE_CHUNKS = 256
 #: a mapped row's sequence number and partition id, side by side
 _ROW_DTYPE = [("seq", "<i8"), ("part", "<i4")]
+#: the rows of a chunk of the keys file: oldest and newest sequence numbers, lowest and highest partition ids
+_SUMMARY_DTYPE = [("oldest", "<i8"), ("newest", "<i8"), ("low", "<i4"), ("high", "<i4")]
 _HASH = "__iceberg_exec_mapped_hash"
 _SHORT_READ = "a mapped delete file is shorter than its layout: was it changed while in use?"
 
@@ -314,9 +316,27 @@ class MappedDeleteKeys:
             if not (self._rows_count == len(self.hashes) == self._starts[-1]):
                 raise ValueError("mapped delete rows, their hashes and their keys differ in length")
             self._fds[:0] = [os.open(keys_path, os.O_RDONLY), os.open(rows_path, os.O_RDONLY)]
+            self._chunk_rows = self._summaries()
         except BaseException:  # the files opened so far are not left open
             self.close()
             raise
+
+    def _summaries(self) -> npt.NDArray[Any]:
+        """For each chunk, its rows' oldest and newest sequence numbers and lowest and highest partition
+        ids: where they decide a candidate, its own row is not read (equality deletes newer than every
+        data file they apply to, the common case, need no read a candidate)."""
+        import numpy as np
+
+        summaries = np.zeros(len(self._chunks), dtype=_SUMMARY_DTYPE)
+        size = np.dtype(_ROW_DTYPE).itemsize
+        for number in range(len(self._chunks)):
+            start, stop = int(self._starts[number]), int(self._starts[number + 1])
+            if stop > start:
+                records = np.empty(stop - start, dtype=np.dtype(_ROW_DTYPE))
+                _read_into(self._fds[1], records, start * size)
+                seqs, parts = records["seq"], records["part"]
+                summaries[number] = (seqs.min(), seqs.max(), parts.min(), parts.max())
+        return summaries
 
     def _map(self, path: str) -> mmap.mmap:
         with open(path, "rb") as f:
@@ -377,18 +397,15 @@ class MappedDeleteKeys:
         if total > len(rows):  # a hash several mapped rows have: one candidate each
             rows = np.repeat(rows, counts)
             at = np.repeat(at, counts) + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-        seqs, parts = self._row_fields(at)
-        possible = seqs > sequence_numbers[rows]
-        if not self._global:
-            possible &= parts == partitions[rows]
-        rows, at = rows[possible], at[possible]
+        order = np.argsort(at, kind="stable")
+        rows, at = rows[order], at[order]
+        chunk = np.searchsorted(self._starts, at, side="right") - 1
+        possible = self._possible(at, chunk, sequence_numbers[rows], partitions[rows])
+        rows, at, chunk = rows[possible], at[possible], chunk[possible]
         if not len(rows):
             return
         # The candidates' keys are read chunk by chunk of the file (a take across chunks would concatenate
         # them), then compared at once: a probe of 10M delete rows visits about 150 chunks.
-        order = np.argsort(at, kind="stable")
-        rows, at = rows[order], at[order]
-        chunk = np.searchsorted(self._starts, at, side="right") - 1
         taken: list[list[pa.Array]] = [[] for _ in keys]
         for start, end in _runs(chunk):
             number = int(chunk[start])
@@ -417,6 +434,31 @@ class MappedDeleteKeys:
         taken = column.take(pa.array(rows))
         self._drop(self._keys_map, self._spans[number])
         return taken
+
+    def _possible(
+        self,
+        at: npt.NDArray[np.intp],
+        chunk: npt.NDArray[np.intp],
+        sequence_numbers: npt.NDArray[np.int64],
+        partitions: npt.NDArray[np.int32],
+    ) -> npt.NDArray[np.bool_]:
+        """Which mapped rows ``at`` (of chunks ``chunk``) are newer than the data rows they are candidates
+        for and, unless global, of their partition: by their chunk's summary where it decides, else by
+        the rows' own fields."""
+        summary = self._chunk_rows[chunk]
+        yes = summary["oldest"] > sequence_numbers
+        no = summary["newest"] <= sequence_numbers
+        if not self._global:
+            yes &= (summary["low"] == partitions) & (summary["high"] == partitions)
+            no |= (partitions < summary["low"]) | (partitions > summary["high"])
+        unsure = ~(yes | no)
+        if unsure.any():
+            seqs, parts = self._row_fields(at[unsure])
+            possible = seqs > sequence_numbers[unsure]
+            if not self._global:
+                possible &= parts == partitions[unsure]
+            yes[unsure] = possible
+        return yes
 
     def _row_fields(self, at: npt.NDArray[np.intp]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
         """The sequence numbers and partition ids of the mapped rows ``at``, read from the rows

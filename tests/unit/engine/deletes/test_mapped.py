@@ -459,6 +459,36 @@ def test_a_probe_reads_its_candidates_from_the_files_not_through_the_mappings(tm
     held.close()
 
 
+@pytest.mark.parametrize("is_global", [True, False])
+def test_a_candidate_its_chunk_decides_reads_no_row(tmp_path: Path, is_global: bool) -> None:
+    """A chunk's rows' oldest and newest sequence numbers and lowest and highest partition ids decide a
+    candidate where they can: deletes newer than the data rows (in their one partition) delete them, and
+    deletes no newer (or of other partitions) do not, without a read of the candidates' own rows. Only
+    the candidates they leave undecided are read, and answer by their own rows."""
+    keys = [f"key-{i:05d}" for i in range(4_000)]
+    seqs = [5 if i % 2 else 9 for i in range(len(keys))]  # every chunk holds both sequence numbers
+    held = _map(str(tmp_path / "m"), [pa.array(keys)], seqs, [3] * len(keys), is_global=is_global)
+    assert held is not None
+    read: list[int] = []
+    real_fields = held._row_fields
+
+    def fields_spy(at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        read.append(len(at))
+        return real_fields(at)
+
+    held._row_fields = fields_spy  # type: ignore[method-assign]
+    probe = [pa.array(keys[::10])]
+    n = len(keys[::10])
+    assert _deleted(held, probe, [4] * n, [3] * n) == [True] * n  # newer, same partition: decided
+    assert _deleted(held, probe, [9] * n, [3] * n) == [False] * n  # none newer: decided
+    if not is_global:
+        assert _deleted(held, probe, [4] * n, [2] * n) == [False] * n  # another partition: decided
+    assert read == []
+    assert _deleted(held, probe, [7] * n, [3] * n) == [seqs[i] > 7 for i in range(0, len(keys), 10)]
+    assert read == [n]  # newer than some rows of each chunk, not all: each candidate's row read
+    held.close()
+
+
 def _ipc_columns(path: Path, table: pa.Table) -> tuple[list[pa.Array], mmap.mmap]:
     """``table`` written to an Arrow IPC file at ``path`` in one batch, mapped: its columns over the map."""
     with pa.ipc.new_file(str(path), table.schema) as writer:
