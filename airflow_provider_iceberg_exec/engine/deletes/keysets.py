@@ -164,12 +164,21 @@ def _bytes_hashes(array: pa.Array) -> npt.NDArray[np.uint64]:
         starts, lengths = offsets[:-1], np.diff(offsets)
         data_buffer = buffers[2]
     data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
-    hashes = lengths.astype(np.uint64) * np.uint64(_GOLDEN)
+    # Three arrays of a word a value, whatever the values' length: each round mixes into them in place.
+    hashes = lengths.astype(np.uint64)
+    hashes *= np.uint64(_GOLDEN)
+    mixed, shifted = np.empty_like(hashes), np.empty_like(hashes)
     for done, word in _words(data, starts, lengths):
-        mixed = (hashes ^ word) * np.uint64(_GOLDEN)
-        mixed ^= mixed >> np.uint64(29)
-        hashes = mixed if done is None else np.where(lengths > done, mixed, hashes)
-    hashes ^= hashes >> np.uint64(32)
+        np.bitwise_xor(hashes, word, out=mixed)
+        mixed *= np.uint64(_GOLDEN)
+        np.right_shift(mixed, np.uint64(29), out=shifted)
+        mixed ^= shifted
+        if done is None:
+            hashes, mixed = mixed, hashes
+        else:
+            np.copyto(hashes, mixed, where=lengths > done)
+    np.right_shift(hashes, np.uint64(32), out=shifted)
+    hashes ^= shifted
     if array.null_count:
         hashes[~array.is_valid().to_numpy(zero_copy_only=False)] = np.uint64(_NULL_HASH)
     return hashes
@@ -181,19 +190,24 @@ def _words(
     """The values' little-endian words, a word of each value at a time, its bytes past the value's end
     zero: each with the byte it starts at, or ``None`` when every value has bytes in it.
 
-    Values of one length lie one after another: they are copied once into rows of whole words. Other
-    values' words are read eight bytes from any byte of the data (slower: an unaligned gather)."""
+    Values of one length (8 bytes or more) lie one after another: each word of theirs is a view of the
+    data, every length bytes, and their last, partial word the one that ends with them, shifted. Other
+    values' words are read eight bytes from any byte of a padded copy of the data (an unaligned gather,
+    slower)."""
     import numpy as np
 
     n = len(starts)
     shortest, longest = (int(lengths.min()), int(lengths.max())) if n else (0, 0)
-    if shortest == longest:
-        first = int(starts[0]) if n else 0
-        rows = np.zeros((n, -(-longest // 8) * 8), dtype=np.uint8)
-        rows[:, :longest] = data[first : first + n * longest].reshape(n, longest)
-        columns = rows.view("<u8")
-        for number in range(columns.shape[1]):
-            yield None, columns[:, number]
+    if n and shortest == longest >= 8:
+        first = int(starts[0])
+
+        def every_value(at: int) -> npt.NDArray[np.uint64]:  # the word ``at`` bytes into each value
+            return np.ndarray((n,), dtype="<u8", buffer=data, offset=first + at, strides=(longest,))
+
+        for done in range(0, longest - 7, 8):
+            yield None, every_value(done)
+        if longest % 8:
+            yield None, every_value(longest - 8) >> np.uint64(8 * (8 - longest % 8))
         return
     padded = np.zeros(len(data) + 8, dtype=np.uint8)  # so that the last value's last word reads whole
     padded[: len(data)] = data
