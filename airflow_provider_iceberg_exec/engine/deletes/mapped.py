@@ -317,6 +317,10 @@ class MappedDeleteKeys:
                 raise ValueError("mapped delete rows, their hashes and their keys differ in length")
             self._fds[:0] = [os.open(keys_path, os.O_RDONLY), os.open(rows_path, os.O_RDONLY)]
             self._chunk_rows = self._summaries()
+            self._layouts = [
+                [_of_one_length(self._fds[0], layout, chunk.num_rows) for layout in layouts]
+                for layouts, chunk in zip(self._layouts, self._chunks, strict=True)
+            ]
         except BaseException:  # the files opened so far are not left open
             self.close()
             raise
@@ -492,13 +496,15 @@ class MappedDeleteKeys:
 class _Layout:
     """Where one column of one chunk of the keys file lies in the file: its values' storage type, the file
     offsets of its validity bitmap (``None``: no nulls), of its value offsets (``None``: fixed width,
-    ``width`` bytes a value; else ``width`` is the bytes of an offset) and of its values."""
+    ``width`` bytes a value; else ``width`` is the bytes of an offset) and of its values; for binary-like
+    values all of one length, where the first starts in the values and that length."""
 
     type: pa.DataType
     validity: int | None
     offsets: int | None
     data: int
     width: int
+    one_length: tuple[int, int] | None = None
 
     @classmethod
     def of(cls, column: pa.Array, base: int, size: int) -> _Layout | None:
@@ -530,6 +536,22 @@ class _Layout:
         return cls(kind, validity, None, buffers[1].address - base, kind.bit_width // 8)
 
 
+def _of_one_length(fd: int, layout: _Layout | None, rows: int) -> _Layout | None:
+    """``layout`` with where its values start and their length when it places binary-like values, none
+    null, all of one length (keys such as UUIDs and fixed-width codes): then a candidate's value is read
+    at once, not its offsets first. The offsets are read from the file, a chunk's at once."""
+    import numpy as np
+
+    if layout is None or layout.offsets is None or layout.validity is not None or not rows:
+        return layout
+    offsets = np.empty(rows + 1, dtype=np.int32 if layout.width == 4 else np.int64)
+    _read_into(fd, offsets, layout.offsets)
+    lengths = np.diff(offsets)
+    if not (lengths == lengths[0]).all():
+        return layout
+    return dataclasses.replace(layout, one_length=(int(offsets[0]), int(lengths[0])))
+
+
 def _gather(fd: int, layout: _Layout, rows: npt.NDArray[np.int64]) -> pa.Array:
     """The values at ``rows`` (ascending) of the column ``layout`` places in the file ``fd``, read one value
     (and for binary-like values, one pair of offsets) at a time."""
@@ -549,6 +571,13 @@ def _gather(fd: int, layout: _Layout, rows: npt.NDArray[np.int64]) -> pa.Array:
         values = _read_all(fd, [(layout.data + r * width, width) for r in at])
         return pa.Array.from_buffers(layout.type, n, [validity, pa.py_buffer(values)], null_count)
     dtype = np.int32 if width == 4 else np.int64
+    if layout.one_length is not None:  # no offsets to read: each value is where its row says
+        first, length = layout.one_length
+        data = _read_all(fd, [(layout.data + first + r * length, length) for r in at])
+        offsets = np.arange(n + 1, dtype=dtype) * length
+        return pa.Array.from_buffers(
+            layout.type, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count
+        )
     pairs = np.frombuffer(
         _read_all(fd, [(layout.offsets + r * width, 2 * width) for r in at]), dtype=dtype
     ).astype(np.int64)

@@ -531,8 +531,11 @@ def test_values_read_from_the_file_equal_a_take_of_every_key_type(tmp_path: Path
             ),
             "empty": pa.array([""] * n, pa.string()),
             "all_null": pa.array([None] * n, pa.string()),
+            "one_length": pa.array([f"code-{i:06d}" for i in range(n)], pa.string()),
+            "large_one_length": pa.array([f"{i:06d}".encode() for i in range(n)], pa.large_binary()),
         }
     )
+    of_one_length = {"empty", "one_length", "large_one_length"}
     columns, mapped = _ipc_columns(tmp_path / "keys.arrow", table)
     base = pa.py_buffer(mapped).address
     rows = np.sort(rng.choice(n, 500, replace=False)).astype(np.int64)
@@ -541,9 +544,12 @@ def test_values_read_from_the_file_equal_a_take_of_every_key_type(tmp_path: Path
         for name, column in zip(table.column_names, columns, strict=True):
             layout = mapped_module._Layout.of(column, base, len(mapped))
             assert layout is not None, name
-            read = mapped_module._gather(fd, layout, rows)
             expected = mapped_module.storage_of(column.take(pa.array(rows)))
-            assert read.equals(expected), name
+            assert mapped_module._gather(fd, layout, rows).equals(expected), name
+            # values all of one length are read without their offsets
+            checked = mapped_module._of_one_length(fd, layout, n)
+            assert (checked is not None and checked.one_length is not None) == (name in of_one_length), name
+            assert checked is not None and mapped_module._gather(fd, checked, rows).equals(expected), name
     finally:
         os.close(fd)
         del columns, column
