@@ -2,9 +2,10 @@
 
 Equality deletes name keys; a data row is deleted when a delete row has the same key (null equal to
 null), a higher sequence number and, unless the delete is global, the same partition (spec 6.2). The
-keys of both sides are hashed by the Iceberg bucket transform (PyIceberg's Rust core, murmur3 of each
-value's spec-defined bytes, so an ``int`` and a ``long`` of one value hash alike), combined over the key
-columns. A set of delete rows (:class:`DeleteKeys`), sorted by that hash, is probed by a batch of data
+keys of both sides are hashed alike (:func:`key_hashes`): strings and binaries from their bytes, in
+NumPy; other types by the Iceberg bucket transform (PyIceberg's Rust core, murmur3 of each value's
+spec-defined bytes, so an ``int`` and a ``long`` of one value hash alike); combined over the key columns.
+A set of delete rows (:class:`DeleteKeys`), sorted by that hash, is probed by a batch of data
 rows: a row whose hash no delete row has is not deleted; the others are compared to the delete rows of
 their hash, every key column exactly and null-safely. So a hash collision costs a comparison, never a
 wrong delete.
@@ -41,8 +42,9 @@ __all__ = [
 
 #: bytes one key's hash costs in memory
 HASH_BYTES = 4
-#: the bucket transform's largest bucket count: hashes 0 .. 2**31 - 2; a NULL value hashes to 2**32 - 1
+#: the bucket transform's largest bucket count: hashes 0 .. 2**31 - 2
 _MODULUS = 2**31 - 1
+#: a NULL value's word in :func:`key_hashes`, before the columns' words are combined and mixed
 _NULL_HASH = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B97F4A7C15
 
