@@ -548,8 +548,9 @@ def test_values_read_from_the_file_equal_a_take_of_every_key_type(tmp_path: Path
             assert mapped_module._gather(fd, layout, rows).equals(expected), name
             # values all of one length are read without their offsets
             checked = mapped_module._of_one_length(fd, layout, n)
-            assert (checked is not None and checked.one_length is not None) == (name in of_one_length), name
-            assert checked is not None and mapped_module._gather(fd, checked, rows).equals(expected), name
+            assert checked is not None, name
+            assert (checked.one_length is not None) == (name in of_one_length), name
+            assert mapped_module._gather(fd, checked, rows).equals(expected), name
     finally:
         os.close(fd)
         del columns, column
