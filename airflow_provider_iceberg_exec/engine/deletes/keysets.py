@@ -115,6 +115,9 @@ def _column_hashes(column: pa.Array) -> npt.NDArray[np.uint64]:
 
     storage = storage_of(column)
     kind = storage.type
+    if pa.types.is_dictionary(kind):  # hashed as its values, so as the same values not encoded
+        storage = storage_of(storage.dictionary_decode())
+        kind = storage.type
     if pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
         storage = storage.cast(pa.large_binary())
         kind = storage.type

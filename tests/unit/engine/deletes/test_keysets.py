@@ -159,6 +159,8 @@ def test_values_of_one_length_and_of_many_hash_alike() -> None:
     same = [f"{i:013d}" for i in range(0, 3000, 7)]  # one length: read as rows of words
     mixed = [*same, "short", "a much longer value than the others"]  # read from any byte
     assert list(key_hashes([pa.array(same)])) == list(key_hashes([pa.array(mixed)]))[: len(same)]
+    encoded = pa.array(mixed).dictionary_encode()
+    assert list(key_hashes([encoded])) == list(key_hashes([pa.array(mixed)]))
     fixed = pa.array([uuid.uuid4().bytes for _ in range(50)], pa.binary(16))
     assert list(key_hashes([fixed])) == list(key_hashes([fixed.cast(pa.binary())]))
     assert list(key_hashes([fixed[7:]])) == list(key_hashes([fixed]))[7:]
