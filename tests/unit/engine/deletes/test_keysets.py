@@ -146,7 +146,7 @@ def test_a_string_hashes_alike_whatever_its_array_its_neighbours_or_its_slice(
     values: list[str | None], cut: int, kind: pa.DataType
 ) -> None:
     """Strings and binaries are hashed from their bytes, eight at a time: a value's hash is its own,
-    whether the values around it are of its length (read as rows of words) or not (read from any byte),
+    whether the values around it are of its length (read as views of the data) or not (read from any byte),
     in any string or binary array, sliced or not."""
     alone = [key_hashes([pa.array([value], pa.string())])[0] for value in values]
     padded = ["x" * 50] * cut + values + ["y" * 3]
@@ -156,7 +156,7 @@ def test_a_string_hashes_alike_whatever_its_array_its_neighbours_or_its_slice(
 
 
 def test_values_of_one_length_and_of_many_hash_alike() -> None:
-    same = [f"{i:013d}" for i in range(0, 3000, 7)]  # one length: read as rows of words
+    same = [f"{i:013d}" for i in range(0, 3000, 7)]  # one length: read as views of the data
     mixed = [*same, "short", "a much longer value than the others"]  # read from any byte
     assert list(key_hashes([pa.array(same)])) == list(key_hashes([pa.array(mixed)]))[: len(same)]
     encoded = pa.array(mixed).dictionary_encode()
