@@ -305,7 +305,7 @@ class MappedDeleteKeys:
             # candidate's values are read from the file where each layout says they are (:func:`_gather`).
             self._chunks = [reader.get_batch(i) for i in range(reader.num_record_batches)]
             self._spans = [_span(chunk, view.address, len(keys)) for chunk in self._chunks]
-            self._layouts = [
+            layouts = [
                 [_Layout.of(c, view.address, len(keys)) for c in chunk.columns] for chunk in self._chunks
             ]
             self._starts = np.cumsum([0, *(c.num_rows for c in self._chunks)]).astype(np.int64)
@@ -318,8 +318,8 @@ class MappedDeleteKeys:
             self._fds[:0] = [os.open(keys_path, os.O_RDONLY), os.open(rows_path, os.O_RDONLY)]
             self._chunk_rows = self._summaries()
             self._layouts = [
-                [_of_one_length(self._fds[0], layout, chunk.num_rows) for layout in layouts]
-                for layouts, chunk in zip(self._layouts, self._chunks, strict=True)
+                [_of_one_length(self._fds[0], layout, chunk.num_rows) for layout in chunk_layouts]
+                for chunk_layouts, chunk in zip(layouts, self._chunks, strict=True)
             ]
         except BaseException:  # the files opened so far are not left open
             self.close()
