@@ -38,7 +38,7 @@ from airflow_provider_iceberg_exec.engine.deletes.keysets import (
     key_hashes,
     storage_of,
 )
-from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet
+from airflow_provider_iceberg_exec.engine.io.staging import StagedArrow
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,10 +55,9 @@ __all__ = [
     "sorted_hash_set",
 ]
 
-#: most hash ranges the delete rows are split into (each an open stager with a buffered row group)
+#: most hash ranges the delete rows are split into (each an open stager with a buffered batch)
 _MAX_RANGES = 256
-_MIN_ROW_GROUP_BYTES = 16384
-_RANGE_CHUNKS = 256
+_MIN_STAGED_BATCH_BYTES = 16384
 #: a mapped row's sequence number and partition id, side by side
 _ROW_DTYPE = [("seq", "<i8"), ("part", "<i4")]
 #: the rows of a chunk of the keys file: oldest and newest sequence numbers, lowest and highest partition ids
@@ -630,10 +629,9 @@ def map_delete_keys(
 
     os.makedirs(directory, exist_ok=True)
     ranges = max(1, min(_MAX_RANGES, -(-int(rows * row_bytes * 1.25) // max(1, bucket_bytes))))
-    row_group = max(_MIN_ROW_GROUP_BYTES, bucket_bytes // 4 // ranges)
+    batch_bytes = max(_MIN_STAGED_BATCH_BYTES, bucket_bytes // 4 // ranges)
     stagers = [
-        StagedParquet(os.path.join(directory, f"range-{r:03d}"), row_group, _RANGE_CHUNKS)
-        for r in range(ranges)
+        StagedArrow(os.path.join(directory, f"range-{r:03d}.arrows"), batch_bytes) for r in range(ranges)
     ]
     keys_path = os.path.join(directory, "keys.arrow")
     rows_path = os.path.join(directory, "rows.bin")
@@ -655,7 +653,7 @@ def map_delete_keys(
             order = np.argsort(which, kind="stable")
             values, starts = np.unique(which[order], return_index=True)
             for value, start, end in zip(values, starts, [*starts[1:], len(order)], strict=True):
-                # a copy, not a slice: a stager keeps what it is given until its row group fills
+                # a copy, not a slice: a stager keeps what it is given until its batch fills
                 stagers[int(value)].write(batch.take(pa.array(order[start:end])))
         written = [stager.close() for stager in stagers]
         if not any(written):
@@ -670,7 +668,7 @@ def map_delete_keys(
                 if not has_rows:
                     continue
                 sorted_keys, sorted_hashes, parts, seqs = _sorted_range(
-                    _batches_of(stager.path), names, seq_column, part_column, is_global=is_global
+                    stager.batches(), names, seq_column, part_column, is_global=is_global
                 )
                 stager.remove()
                 chunk = pa.RecordBatch.from_arrays(list(sorted_keys), names=list(names))
@@ -810,18 +808,6 @@ def _sorted_range(
     )
     del table
     return held.sorted_rows()
-
-
-def _batches_of(path: str) -> Iterator[pa.RecordBatch]:
-    """The batches of a closed staged set, part after part."""
-    import pyarrow.parquet as pq
-
-    if not os.path.isdir(path):
-        return
-    for name in sorted(os.listdir(path)):
-        yield from pq.ParquetFile(os.path.join(path, name)).iter_batches(
-            batch_size=1 << 20, use_threads=False
-        )
 
 
 def remove_mapped(directory: str) -> None:

@@ -1,5 +1,6 @@
 """StagedParquet: small row groups whatever the batch size, part files rolled by column chunks, every
-row read back by DataFusion from the directory, and nothing left after remove()."""
+row read back by DataFusion from the directory, and nothing left after remove(). StagedArrow: every row
+read back in order, in Arrow's own stream format."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datafusion import SessionContext
 
-from airflow_provider_iceberg_exec.engine.io.staging import StagedParquet, register_staged, remove_staged
+from airflow_provider_iceberg_exec.engine.io.staging import (
+    StagedArrow,
+    StagedParquet,
+    register_staged,
+    remove_staged,
+)
 
 
 def _batch(start: int, rows: int) -> pa.RecordBatch:
@@ -67,3 +73,31 @@ def test_remove_staged_removes_a_file_or_a_directory_and_ignores_what_is_absent(
     assert not single.exists()
     remove_staged(str(tmp_path / "never-written"))
     remove_staged(None)
+
+
+def test_an_arrow_stage_reads_back_every_row_in_order_in_batches_of_about_its_size(tmp_path: Path) -> None:
+    path = str(tmp_path / "stage.arrows")
+    stage = StagedArrow(path, batch_bytes=64 * 1024)
+    written = [_batch(start, rows) for start, rows in ((0, 10), (10, 50_000), (50_010, 7), (50_017, 3_000))]
+    written.append(written[1].slice(100, 20))  # a slice: only its own rows are written
+    for batch in written:
+        stage.write(batch)
+    assert stage.close()
+    assert stage.rows == sum(b.num_rows for b in written)
+
+    read = list(stage.batches())
+    assert pa.Table.from_batches(read).equals(pa.Table.from_batches(written))
+    assert len(read) == 3  # what was buffered when a batch filled, then the rest at close
+    with pa.OSFile(path) as source:  # Arrow's own stream format: any reader reads it
+        assert pa.ipc.open_stream(source).read_all().num_rows == stage.rows
+
+    stage.remove()
+    assert not os.path.exists(path)
+    assert list(stage.batches()) == []
+
+
+def test_an_empty_arrow_stage_reports_nothing_written(tmp_path: Path) -> None:
+    stage = StagedArrow(str(tmp_path / "empty.arrows"))
+    assert not stage.close()
+    assert list(stage.batches()) == []
+    stage.remove()
