@@ -376,6 +376,14 @@ def checksum_batches(batches: Iterable[Any]) -> tuple[int, str]:
 # ------------------------------------------------------------------------------------------ workers
 
 
+def as_a_task() -> None:
+    """Set the process up as an operator's or the CLI's first step does (``engine.io.catalog.load_catalog``,
+    which the runs' own catalogs skip): PyArrow's allocator chosen before any buffer is made."""
+    from airflow_provider_iceberg_exec.engine.io.session import lean_allocator
+
+    lean_allocator()
+
+
 def _run_table(run_dir: str, metadata_location: str) -> Any:
     """The pristine table registered into a fresh catalog whose new files all land under ``run_dir``."""
     catalog = _catalog("run", run_dir)
@@ -650,6 +658,8 @@ def _run_worker_case(case: str, dataset: dict[str, Any], run_dir: str) -> dict[s
     if case in SPARK_CASES:
         return _worker_spark(dataset, run_dir, sort=case == "spark-sort")
     if case in ICEBERG_CASES:
+        if not case.startswith("pyiceberg"):
+            as_a_task()
         table = _run_table(run_dir, dataset["metadata_location"])
         if case in ("pyiceberg", "pyiceberg-sort"):
             result = _worker_pyiceberg(table, sort=case == "pyiceberg-sort")
@@ -826,6 +836,8 @@ def _versions() -> dict[str, str]:
     except (OSError, subprocess.CalledProcessError):
         found["commit"] = "unknown"
     found["engine_sha256"] = _engine_digest()
+    # PyArrow's allocator when chosen by hand (else the engine runs on jemalloc: session.lean_allocator)
+    found["arrow_default_memory_pool"] = os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or "unset"
     return found
 
 

@@ -148,6 +148,11 @@ def load_catalog(config: CatalogConfig) -> Catalog:
     """
     from pyiceberg.catalog import load_catalog as _load
 
+    from airflow_provider_iceberg_exec.engine.io.session import lean_allocator
+
+    # The first step of every operator and command: PyArrow's allocator is chosen before any buffer exists
+    # (buffers made on the default one pin its pages beside jemalloc's: 20M rows, 341-349 MiB against 293).
+    lean_allocator()
     if "type" not in config.properties and "uri" not in config.properties:
         raise ConfigurationError(
             f"catalog {config.name!r} has no 'type' or 'uri'; configure it in ~/.pyiceberg.yaml, "

@@ -191,8 +191,10 @@ def lean_allocator() -> str:
         except NotImplementedError:  # a PyArrow built without jemalloc keeps its default
             pass
         else:
-            if pa.default_memory_pool().backend_name != pool.backend_name:
+            previous = pa.default_memory_pool()
+            if previous.backend_name != pool.backend_name:
                 pa.set_memory_pool(pool)
+                previous.release_unused()  # what planning freed there: not kept beside jemalloc's
     return str(pa.default_memory_pool().backend_name)
 
 
