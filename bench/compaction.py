@@ -376,12 +376,14 @@ def checksum_batches(batches: Iterable[Any]) -> tuple[int, str]:
 # ------------------------------------------------------------------------------------------ workers
 
 
-def as_a_task() -> None:
-    """Set the process up as an operator's or the CLI's first step does (``engine.io.catalog.load_catalog``,
-    which the runs' own catalogs skip): PyArrow's allocator chosen before any buffer is made."""
+def as_a_task() -> str:
+    """Start the process as a task's does: the provider imported before PyArrow starts, which makes
+    jemalloc its allocator (``airflow_provider_iceberg_exec/__init__.py``), then the first step of an
+    operator or command (``engine.io.catalog.load_catalog``, which the runs' own catalogs skip). The
+    allocator in use."""
     from airflow_provider_iceberg_exec.engine.io.session import lean_allocator
 
-    lean_allocator()
+    return lean_allocator()
 
 
 def _run_table(run_dir: str, metadata_location: str) -> Any:
@@ -658,13 +660,12 @@ def _run_worker_case(case: str, dataset: dict[str, Any], run_dir: str) -> dict[s
     if case in SPARK_CASES:
         return _worker_spark(dataset, run_dir, sort=case == "spark-sort")
     if case in ICEBERG_CASES:
-        if not case.startswith("pyiceberg"):
-            as_a_task()
+        pool = None if case.startswith("pyiceberg") else as_a_task()
         table = _run_table(run_dir, dataset["metadata_location"])
         if case in ("pyiceberg", "pyiceberg-sort"):
             result = _worker_pyiceberg(table, sort=case == "pyiceberg-sort")
         else:
-            result = _worker_engine(table, case, run_dir)
+            result = {**_worker_engine(table, case, run_dir), "arrow_memory_pool": pool}
         table.refresh()
         result["metadata_location"] = table.metadata_location
         return result

@@ -467,7 +467,7 @@ def worker_ours(metadata_location: str, run_dir: str, memory_limit: int) -> dict
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
     from airflow_provider_iceberg_exec.engine.ops.compaction import compact
 
-    CB.as_a_task()
+    pool = CB.as_a_task()
     table = CB._run_table(run_dir, metadata_location)
     limits = ResourceLimits(memory_limit_bytes=memory_limit, spill_dir=os.path.join(run_dir, "spill"))
     options = {"rewrite-all": "true", "target-file-size-bytes": str(TARGET_FILE_SIZE)}
@@ -492,6 +492,7 @@ def worker_ours(metadata_location: str, run_dir: str, memory_limit: int) -> dict
         },
         "engine_peak_rss_bytes": outcome.get("peak_rss_bytes"),
         "groups": outcome.get("plan", {}).get("groups"),
+        "arrow_memory_pool": pool,
     }
 
 

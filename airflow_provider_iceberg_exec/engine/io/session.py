@@ -174,18 +174,22 @@ _POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 
 
 def lean_allocator() -> str:
-    """Make jemalloc PyArrow's allocator for this process, unless the user chose one
+    """Make jemalloc PyArrow's allocator for this process, unless the user chose another
     (``ARROW_DEFAULT_MEMORY_POOL``) or this PyArrow has none; the allocator in use.
 
     PyArrow's default, mimalloc, keeps what a stream frees in its arenas: at 200M rows the merge-on-read
     compaction of bench/mor.py held 191 MiB of mimalloc's arenas for 37 MiB of Arrow buffers, and peaked at
     385 MiB against 317 at 20M rows. Arrow's jemalloc hands freed pages back within a second (on a thread
-    of its own): 309 MiB against 292, in 215.0 s against 217.2 (docs/benchmarks.md, "Issue 16: an
-    allocator that gives memory back"). Buffers already allocated stay with the pool that made them.
+    of its own): 309 MiB against 292 (docs/benchmarks.md, "Issue 16: an allocator that hands memory back").
+
+    Arrow reads ``ARROW_DEFAULT_MEMORY_POOL`` once, when PyArrow starts, and the package sets it to
+    jemalloc when imported first (``airflow_provider_iceberg_exec/__init__.py``). Started before, PyArrow
+    keeps its C++ default; the pool of its Python calls is switched here, but both allocators then hold
+    pages (20M rows: 341-358 MiB against 293).
     """
     import pyarrow as pa
 
-    if not os.environ.get(_POOL_VARIABLE):
+    if os.environ.get(_POOL_VARIABLE, "jemalloc") == "jemalloc":
         try:
             pool = pa.jemalloc_memory_pool()
         except NotImplementedError:  # a PyArrow built without jemalloc keeps its default
@@ -194,7 +198,7 @@ def lean_allocator() -> str:
             previous = pa.default_memory_pool()
             if previous.backend_name != pool.backend_name:
                 pa.set_memory_pool(pool)
-                previous.release_unused()  # what planning freed there: not kept beside jemalloc's
+                previous.release_unused()
     return str(pa.default_memory_pool().backend_name)
 
 

@@ -1,4 +1,5 @@
-"""engine/io/session.py: an execution runs PyArrow on jemalloc, unless the user chose an allocator."""
+"""airflow_provider_iceberg_exec/__init__.py and engine/io/session.py: PyArrow runs on jemalloc, unless
+the user chose an allocator."""
 
 from __future__ import annotations
 
@@ -61,3 +62,22 @@ def test_the_users_choice_of_allocator_stands(tmp_path: Path) -> None:
     """ARROW_DEFAULT_MEMORY_POOL is Arrow's own setting: an execution leaves it as the user set it."""
     assert _run(tmp_path, "system")[:3] == ["system"] * 3
     assert _run(tmp_path, "mimalloc")[:3] == ["mimalloc"] * 3
+
+
+FIRST = "import airflow_provider_iceberg_exec, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+
+
+def test_the_provider_imported_before_pyarrow_makes_jemalloc_its_allocator_from_the_start() -> None:
+    """Arrow reads ARROW_DEFAULT_MEMORY_POOL once, when PyArrow starts: the package sets it first."""
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    out = subprocess.run([sys.executable, "-c", FIRST], capture_output=True, text=True, check=True, env=env)
+    if sys.platform.startswith("linux") and _jemalloc():
+        assert out.stdout.strip() == "jemalloc"
+    chosen = subprocess.run(
+        [sys.executable, "-c", FIRST],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**env, "ARROW_DEFAULT_MEMORY_POOL": "system"},
+    )
+    assert chosen.stdout.strip() == "system"
