@@ -10,8 +10,8 @@ import sys
 
 __version__ = "0.1.0"
 
-# PyArrow's allocator is fixed when PyArrow first allocates, from this variable: jemalloc, unless the user
-# chose one, on Linux (its wheels have it) and if PyArrow has not started (engine.io.session.lean_allocator
-# says why, and switches what it can when PyArrow started first).
+# PyArrow fixes its allocator from this variable when it is imported: jemalloc, unless the user chose one,
+# on Linux (its wheels have it) and if PyArrow has not started (engine.io.session.lean_allocator says why,
+# and switches what it can when PyArrow started first).
 if sys.platform.startswith("linux") and "pyarrow" not in sys.modules:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
