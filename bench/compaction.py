@@ -38,6 +38,7 @@ import contextlib
 import datetime
 import glob
 import hashlib
+import importlib
 import json
 import os
 import platform
@@ -377,13 +378,11 @@ def checksum_batches(batches: Iterable[Any]) -> tuple[int, str]:
 
 
 def as_a_task() -> str:
-    """Start the process as a task's does: the provider imported before PyArrow starts, which makes
-    jemalloc its allocator (``airflow_provider_iceberg_exec/__init__.py``), then the first step of an
-    operator or command (``engine.io.catalog.load_catalog``, which the runs' own catalogs skip). The
-    allocator in use."""
-    from airflow_provider_iceberg_exec.engine.io.session import lean_allocator
-
-    return lean_allocator()
+    """Start the process as a task's does, the provider imported before PyArrow (which makes jemalloc its
+    allocator: ``airflow_provider_iceberg_exec/__init__.py``); the allocator PyArrow runs on."""
+    importlib.import_module("airflow_provider_iceberg_exec")  # first: it picks PyArrow's allocator
+    pa = importlib.import_module("pyarrow")
+    return str(pa.default_memory_pool().backend_name)
 
 
 def _run_table(run_dir: str, metadata_location: str) -> Any:
@@ -837,7 +836,7 @@ def _versions() -> dict[str, str]:
     except (OSError, subprocess.CalledProcessError):
         found["commit"] = "unknown"
     found["engine_sha256"] = _engine_digest()
-    # PyArrow's allocator when chosen by hand (else the engine runs on jemalloc: session.lean_allocator)
+    # PyArrow's allocator when chosen by hand (else jemalloc: airflow_provider_iceberg_exec/__init__.py)
     found["arrow_default_memory_pool"] = os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or "unset"
     return found
 

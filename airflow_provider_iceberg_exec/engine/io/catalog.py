@@ -148,9 +148,6 @@ def load_catalog(config: CatalogConfig) -> Catalog:
     """
     from pyiceberg.catalog import load_catalog as _load
 
-    from airflow_provider_iceberg_exec.engine.io.session import lean_allocator
-
-    lean_allocator()  # the first step of every operator and command: before they make any buffer
     if "type" not in config.properties and "uri" not in config.properties:
         raise ConfigurationError(
             f"catalog {config.name!r} has no 'type' or 'uri'; configure it in ~/.pyiceberg.yaml, "

@@ -37,7 +37,6 @@ __all__ = [
     "ExecutionStats",
     "build_session",
     "datafusion_errors",
-    "lean_allocator",
     "prepare_spill_dir",
     "release_memory",
     "resource_error",
@@ -169,39 +168,6 @@ def small_pages() -> bool:
     return bool(prctl(_PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1)
 
 
-#: the environment variable through which a user picks PyArrow's allocator (Arrow reads it at start-up)
-_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
-
-
-def lean_allocator() -> str:
-    """Make jemalloc PyArrow's allocator for this process, unless the user chose another
-    (``ARROW_DEFAULT_MEMORY_POOL``) or this PyArrow has none; the allocator in use.
-
-    PyArrow's default, mimalloc, keeps what a stream frees in its arenas: at 200M rows the merge-on-read
-    compaction of bench/mor.py held 191 MiB of mimalloc's arenas for 37 MiB of Arrow buffers, and peaked at
-    385 MiB against 317 at 20M rows. Arrow's jemalloc hands freed pages back within a second (on a thread
-    of its own): 309 MiB against 292 (docs/benchmarks.md, "Issue 16: an allocator that hands memory back").
-
-    Arrow reads ``ARROW_DEFAULT_MEMORY_POOL`` once, when PyArrow starts, and the package sets it to
-    jemalloc when imported first (``airflow_provider_iceberg_exec/__init__.py``). Started before, PyArrow
-    keeps its C++ default; the pool of its Python calls is switched here, but both allocators then hold
-    pages (20M rows: 341-358 MiB against 293).
-    """
-    import pyarrow as pa
-
-    if os.environ.get(_POOL_VARIABLE, "jemalloc") == "jemalloc":
-        try:
-            pool = pa.jemalloc_memory_pool()
-        except NotImplementedError:  # a PyArrow built without jemalloc keeps its default
-            pass
-        else:
-            previous = pa.default_memory_pool()
-            if previous.backend_name != pool.backend_name:
-                pa.set_memory_pool(pool)
-                previous.release_unused()
-    return str(pa.default_memory_pool().backend_name)
-
-
 #: the spill directory is walked again after at least this many times its last walk took
 _SPILL_WALK_PACE = 20
 
@@ -229,8 +195,7 @@ def _rss_bytes() -> int:
 def track_resources(
     limits: ResourceLimits, interval_seconds: float = 0.1
 ) -> Iterator[tuple[str, ExecutionStats]]:
-    """Give an execution its own spill directory, its process small pages (:func:`small_pages`) and a
-    lean allocator (:func:`lean_allocator`), and
+    """Give an execution its own spill directory, its process small pages (:func:`small_pages`), and
     measure RSS and spill while it runs.
 
     Yields ``(spill_dir, stats)``; ``stats`` is filled in when the block exits, and the spill directory is
@@ -239,7 +204,6 @@ def track_resources(
     import shutil
 
     small_pages()
-    lean_allocator()
     base = prepare_spill_dir(limits)
     directory = os.path.join(base, f"run-{uuid.uuid4().hex[:12]}")
     os.makedirs(directory)
