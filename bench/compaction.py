@@ -659,9 +659,10 @@ def _run_worker_case(case: str, dataset: dict[str, Any], run_dir: str) -> dict[s
     if case in SPARK_CASES:
         return _worker_spark(dataset, run_dir, sort=case == "spark-sort")
     if case in ICEBERG_CASES:
-        pool = None if case.startswith("pyiceberg") else as_a_task()
+        peer = case in ("pyiceberg", "pyiceberg-sort")
+        pool = None if peer else as_a_task()  # a peer runs on PyArrow's own default
         table = _run_table(run_dir, dataset["metadata_location"])
-        if case in ("pyiceberg", "pyiceberg-sort"):
+        if peer:
             result = _worker_pyiceberg(table, sort=case == "pyiceberg-sort")
         else:
             result = {**_worker_engine(table, case, run_dir), "arrow_memory_pool": pool}

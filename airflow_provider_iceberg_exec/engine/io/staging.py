@@ -29,7 +29,41 @@ ROW_GROUP_BYTES = 256 * 1024
 CHUNKS_PER_PART = 4096
 
 
-class StagedParquet:
+class _Buffered:
+    """Batches written to a stage are buffered until ``buffer_bytes`` of them, then flushed as one table."""
+
+    def __init__(self, path: str, buffer_bytes: int) -> None:
+        self.path = path
+        self.rows = 0
+        self.total_bytes = 0
+        self._buffer_bytes = buffer_bytes
+        self._buffered: list[pa.RecordBatch] = []
+        self._bytes = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Append ``batch`` (every batch of one stager has the same schema)."""
+        self._buffered.append(batch)
+        self._bytes += batch.nbytes
+        self.total_bytes += batch.nbytes
+        self.rows += batch.num_rows
+        if self._bytes >= self._buffer_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        raise NotImplementedError
+
+    def _take(self) -> pa.Table | None:
+        """The buffered batches as one table, the buffer emptied (``None``: it was empty)."""
+        import pyarrow as pa
+
+        if not self._buffered:
+            return None
+        table = pa.Table.from_batches(self._buffered)
+        self._buffered, self._bytes = [], 0
+        return table
+
+
+class StagedParquet(_Buffered):
     """Write record batches into a directory of local LZ4 Parquet part files.
 
     :param path: the directory to create; register it with :func:`register_staged`.
@@ -40,35 +74,18 @@ class StagedParquet:
     def __init__(
         self, path: str, row_group_bytes: int = ROW_GROUP_BYTES, chunks_per_part: int = CHUNKS_PER_PART
     ) -> None:
-        self.path = path
-        self.rows = 0
-        self.total_bytes = 0
-        self._row_group_bytes = row_group_bytes
+        super().__init__(path, row_group_bytes)
         self._chunks_per_part = chunks_per_part
         self._writer: Any = None
         self._parts = 0
         self._chunks = 0
-        self._buffered: list[pa.RecordBatch] = []
-        self._bytes = 0
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        """Append ``batch`` (every batch of one stager has the same schema)."""
-        self._buffered.append(batch)
-        self._bytes += batch.nbytes
-        self.total_bytes += batch.nbytes
-        self.rows += batch.num_rows
-        if self._bytes >= self._row_group_bytes:
-            self._flush()
 
     def _flush(self) -> None:
-        import pyarrow as pa
-
-        if not self._buffered:
+        table = self._take()
+        if table is None:
             return
-        table = pa.Table.from_batches(self._buffered)
-        self._buffered, self._bytes = [], 0
         # A single batch can be bigger than a row group (reads come in ~4 MiB batches): split it.
-        rows_per_group = max(1, int(table.num_rows * self._row_group_bytes / max(1, table.nbytes)))
+        rows_per_group = max(1, int(table.num_rows * self._buffer_bytes / max(1, table.nbytes)))
         while table.num_rows:
             groups_left = max(1, (self._chunks_per_part - self._chunks) // max(1, table.num_columns))
             piece = table.slice(0, groups_left * rows_per_group)
@@ -106,7 +123,7 @@ class StagedParquet:
         remove_staged(self.path)
 
 
-class StagedArrow:
+class StagedArrow(_Buffered):
     """Write record batches to one local file of Arrow's IPC stream format, for the engine to read back.
 
     Parquet encodes each column and computes its statistics: staging the 10M delete rows of bench/mor.py's
@@ -119,33 +136,19 @@ class StagedArrow:
     """
 
     def __init__(self, path: str, batch_bytes: int = ROW_GROUP_BYTES) -> None:
-        self.path = path
-        self.rows = 0
-        self._batch_bytes = batch_bytes
+        super().__init__(path, batch_bytes)
         self._fd: int | None = None
-        self._buffered: list[pa.RecordBatch] = []
-        self._bytes = 0
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        """Append ``batch`` (every batch of one stager has the same schema)."""
-        self._buffered.append(batch)
-        self._bytes += batch.nbytes
-        self.rows += batch.num_rows
-        if self._bytes >= self._batch_bytes:
-            self._flush()
 
     def _flush(self) -> None:
-        import pyarrow as pa
-
-        if not self._buffered:
+        table = self._take()
+        if table is None:
             return
-        batch = pa.Table.from_batches(self._buffered).combine_chunks().to_batches()
-        self._buffered, self._bytes = [], 0
+        batches = table.combine_chunks().to_batches()
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            _write_all(self._fd, batch[0].schema.serialize())
-        for one in batch:
-            _write_all(self._fd, one.serialize())
+            _write_all(self._fd, batches[0].schema.serialize())
+        for batch in batches:
+            _write_all(self._fd, batch.serialize())
 
     def close(self) -> bool:
         """Flush and close; return whether anything was written."""
