@@ -5,9 +5,11 @@ Run by hand, never as a test::
     /work/venv/bin/python bench/compaction.py [--rows 20000000 --files 400] [--out bench/out]
 
 1. Generates once (cached under ``--out``) a fragmented Iceberg table in a local SQLite catalog: ``--rows``
-   rows in ``--files`` data files, mixed column types, unpartitioned, written with PyIceberg's writer and
-   committed in one fast append. The table property ``write.target-file-size-bytes`` is 128 MiB, so
-   PyIceberg's overwrite rolls at the same size as the compaction.
+   rows in ``--files`` data files, mixed column types, written with PyIceberg's writer and committed in one
+   fast append. Unpartitioned, or with ``--partitions N`` identity-partitioned on ``event_date`` over N days,
+   file ``i`` holding day ``i mod N`` (many small groups, one a partition, as a daily-ingested table has).
+   The table property ``write.target-file-size-bytes`` is 128 MiB, so PyIceberg's overwrite rolls at the
+   same size as the compaction.
 2. Runs every case in its own subprocess, from the same pristine table metadata (registered into a fresh
    catalog per run, with ``write.data.path``/``write.metadata.path`` pointing into the run's directory),
    and takes the peak RSS of the whole child from ``wait4``:
@@ -18,8 +20,8 @@ Run by hand, never as a test::
    - ``pyiceberg``: ``table.overwrite(table.scan().to_arrow())``;
    - ``pyiceberg-sort``: the same with ``.sort_by(...)`` on the sort's keys before the overwrite;
    - ``floor``: PyArrow reads every data file (streaming) and writes the same rows as zstd Parquet
-     files rolled at 128 MiB, no Iceberg work, one stream (thread) per core, each over a contiguous
-     share of the files by bytes;
+     files rolled at 128 MiB (and at each partition's end), no Iceberg work, one stream (thread) per core,
+     each over a contiguous share of the files by bytes;
    - ``datafusion``: ``ctx.read_parquet(data_dir + "/").write_parquet(...)``, zstd level 1, default
      session.
 
@@ -72,6 +74,8 @@ SORTED_CASES = ("sort", "pyiceberg-sort", "spark-sort")
 SPARK_DRIVER_MEMORY = "4g"
 OUR_CASES = ("binpack", "binpack+progress", "sort", "zorder")
 TARGETS = {"peak_rss_mib": 600}
+#: the day of a partitioned table's first partition (``--partitions``): 2025-01-01, days since the epoch
+FIRST_DAY = 20_089
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 #: Where the children import the package from: a snapshot taken at the start of the run (see --no-snapshot).
@@ -200,20 +204,32 @@ def _catalog(name: str, directory: str) -> Any:
     )
 
 
-def generate(out: str, rows: int, files: int, seed: int) -> dict[str, Any]:
-    """Create the pristine fragmented table under ``out/pristine`` and describe it in ``dataset.json``."""
+def generate(out: str, rows: int, files: int, seed: int, partitions: int = 0) -> dict[str, Any]:
+    """Create the pristine fragmented table under ``out/pristine`` and describe it in ``dataset.json``;
+    with ``partitions``, identity-partitioned on ``event_date``, file ``i`` of day ``i mod partitions``."""
     import itertools
 
+    import pyarrow as pa
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
 
     pristine = os.path.join(out, "pristine")
     if os.path.exists(pristine):
         shutil.rmtree(pristine)
     catalog = _catalog("pristine", pristine)
     catalog.create_namespace_if_not_exists(NAMESPACE)
+    schema = _iceberg_schema()
+    day_field = schema.find_field("event_date")
+    spec = (
+        PartitionSpec(PartitionField(day_field.field_id, 1000, IdentityTransform(), "event_date"))
+        if partitions
+        else UNPARTITIONED_PARTITION_SPEC
+    )
     table = catalog.create_table(
         TABLE,
-        schema=_iceberg_schema(),
+        schema=schema,
+        partition_spec=spec,
         properties={"write.target-file-size-bytes": str(TARGET_FILE_SIZE)},
     )
     started = time.monotonic()
@@ -225,6 +241,11 @@ def generate(out: str, rows: int, files: int, seed: int) -> dict[str, Any]:
     for number in range(files):
         count = per_file + (1 if number < extra else 0)
         batch = make_batch(number, start, count, seed)
+        if partitions:
+            day = pa.array([FIRST_DAY + number % partitions] * count, pa.int32()).cast(pa.date32())
+            batch = batch.set_column(
+                batch.schema.get_field_index("event_date"), batch.schema.field("event_date"), day
+            )
         written = list(_dataframe_to_data_files(table.metadata, batch, table.io, write_uuid, counter))
         if len(written) != 1:
             raise RuntimeError(f"file {number} was written as {len(written)} files; expected one")
@@ -241,6 +262,7 @@ def generate(out: str, rows: int, files: int, seed: int) -> dict[str, Any]:
         "rows": rows,
         "files": files,
         "seed": seed,
+        "partitions": partitions,
         "metadata_location": table.metadata_location,
         "data_dir": table.location().removeprefix("file://").rstrip("/") + "/data",
         "table_location": table.location(),
@@ -259,22 +281,35 @@ def _walk(root: str) -> Iterator[str]:
             yield os.path.relpath(os.path.join(directory, name), root)
 
 
-def ensure_dataset(out: str, rows: int, files: int, seed: int) -> dict[str, Any]:
+def ensure_dataset(out: str, rows: int, files: int, seed: int, partitions: int = 0) -> dict[str, Any]:
     """The cached pristine table, generated (in a subprocess) when missing or of another shape."""
     path = os.path.join(out, "dataset.json")
     if os.path.exists(path):
         with open(path) as f:
             described = json.load(f)
-        if (described["rows"], described["files"], described["seed"]) == (
+        if (described["rows"], described["files"], described["seed"], described.get("partitions", 0)) == (
             rows,
             files,
             seed,
+            partitions,
         ) and os.path.exists(described["metadata_location"].removeprefix("file://")):
             return dict(described)
     print(f"generating {rows} rows in {files} files under {out}/pristine ...", flush=True)
     result_path = os.path.join(out, "generate.json")
     _run_child(
-        ["generate", "--rows", str(rows), "--files", str(files), "--seed", str(seed)], out, result_path
+        [
+            "generate",
+            "--rows",
+            str(rows),
+            "--files",
+            str(files),
+            "--seed",
+            str(seed),
+            "--partitions",
+            str(partitions),
+        ],
+        out,
+        result_path,
     )
     with open(result_path) as f:
         described = json.load(f)
@@ -455,7 +490,8 @@ def _worker_pyiceberg(table: Any, sort: bool = False) -> dict[str, Any]:
 
 
 def _data_files_of(data_dir: str) -> list[str]:
-    return sorted(glob.glob(os.path.join(data_dir, "*.parquet")))
+    """The Parquet files under ``data_dir``, partition directories included, in path order."""
+    return sorted(glob.glob(os.path.join(data_dir, "**", "*.parquet"), recursive=True))
 
 
 def _floor_streams() -> int:
@@ -477,48 +513,64 @@ def _split_by_bytes(paths: list[str], parts: int) -> list[list[str]]:
     return [run for run in runs if run]
 
 
+class _FloorFiles:
+    """The floor's output of one stream: row groups of the rows buffered, zstd files rolled at 128 MiB."""
+
+    def __init__(self, out_dir: str, prefix: str) -> None:
+        self.out_dir, self.prefix = out_dir, prefix
+        self.outputs: list[str] = []
+        self.writer: Any = None
+        self.sink: Any = None
+
+    def write(self, batches: list[Any], row_group_bytes: int) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not batches:
+            return
+        if self.writer is None:
+            path = os.path.join(self.out_dir, f"{self.prefix}-part-{len(self.outputs) + 1:05d}.parquet")
+            self.outputs.append(path)
+            self.sink = pa.OSFile(path, "wb")
+            self.writer = pq.ParquetWriter(self.sink, batches[0].schema, compression="zstd")
+        self.writer.write_table(pa.Table.from_batches(batches))
+        if self.sink.tell() >= TARGET_FILE_SIZE - row_group_bytes // 4:
+            self.close()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.sink.close()
+            self.writer = None
+
+
 def _floor_stream(paths: list[str], out_dir: str, prefix: str) -> tuple[int, list[str]]:
-    """Stream ``paths`` and write their rows, buffer ~32 MiB per row group, roll zstd files at 128 MiB."""
-    import pyarrow as pa
+    """Stream ``paths`` and write their rows, buffer ~32 MiB per row group, roll zstd files at 128 MiB and
+    at each partition's end (a new directory), as a writer of the partitioned table must."""
     import pyarrow.parquet as pq
 
     row_group_bytes = 32 * MiB
-    writer: Any = None
-    sink: Any = None
-    number, rows, buffered_bytes = 0, 0, 0
+    files = _FloorFiles(out_dir, prefix)
+    rows, buffered_bytes = 0, 0
     buffered: list[Any] = []
-    outputs: list[str] = []
-
-    def flush() -> None:
-        nonlocal writer, sink, number, buffered, buffered_bytes
-        if not buffered:
-            return
-        if writer is None:
-            number += 1
-            path = os.path.join(out_dir, f"{prefix}-part-{number:05d}.parquet")
-            outputs.append(path)
-            sink = pa.OSFile(path, "wb")
-            writer = pq.ParquetWriter(sink, buffered[0].schema, compression="zstd")
-        writer.write_table(pa.Table.from_batches(buffered))
-        buffered, buffered_bytes = [], 0
-        if sink.tell() >= TARGET_FILE_SIZE - row_group_bytes // 4:
-            writer.close()
-            sink.close()
-            writer = None
-
+    directory = None
     for path in paths:
+        if os.path.dirname(path) != directory:  # a partition's rows end in its own files
+            files.write(buffered, row_group_bytes)
+            files.close()
+            buffered, buffered_bytes = [], 0
+            directory = os.path.dirname(path)
         reader = pq.ParquetFile(path, pre_buffer=False)
         for batch in reader.iter_batches(batch_size=65536, use_threads=False):
             buffered.append(batch)
             buffered_bytes += batch.nbytes
             rows += batch.num_rows
             if buffered_bytes >= row_group_bytes:
-                flush()
-    flush()
-    if writer is not None:
-        writer.close()
-        sink.close()
-    return rows, outputs
+                files.write(buffered, row_group_bytes)
+                buffered, buffered_bytes = [], 0
+    files.write(buffered, row_group_bytes)
+    files.close()
+    return rows, files.outputs
 
 
 def _worker_floor(data_dir: str, run_dir: str, expected_rows: int) -> dict[str, Any]:
@@ -615,7 +667,7 @@ def verify(metadata_location: str, check_sorted: bool = False) -> dict[str, Any]
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """Body of a child process; its result goes to ``--result`` as JSON."""
     if args.action == "generate":
-        return generate(args.out, args.rows, args.files, args.seed)
+        return generate(args.out, args.rows, args.files, args.seed, args.partitions)
     if args.action == "verify":
         return verify(args.metadata, check_sorted=args.check_sorted)
     with open(os.path.join(args.out, "dataset.json")) as f:
@@ -1013,7 +1065,7 @@ def draw_charts(json_path: str) -> list[str]:
 def orchestrate(args: argparse.Namespace) -> int:
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    dataset = ensure_dataset(out, args.rows, args.files, args.seed)
+    dataset = ensure_dataset(out, args.rows, args.files, args.seed, args.partitions)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     if not args.no_snapshot:
         snapshot_code(out, stamp)
@@ -1095,6 +1147,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=20_000_000)
     parser.add_argument("--files", type=int, default=400)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=0,
+        help="identity-partition the table on event_date over N days, file i in day i mod N (default 0: "
+        "unpartitioned); give it its own --out",
+    )
     parser.add_argument(
         "--out", default=os.path.join(HERE, "out"), help="cache and results (default bench/out)"
     )
