@@ -14,7 +14,7 @@ Run by hand, never as a test::
    catalog per run, with ``write.data.path``/``write.metadata.path`` pointing into the run's directory),
    and takes the peak RSS of the whole child from ``wait4``:
 
-   - ``binpack``: ``plan_compaction`` / ``execute_rewrite_task`` / ``commit_compaction`` (what ``compact``
+   - ``binpack``: ``plan_compaction`` / ``execute_rewrite_tasks`` / ``commit_compaction`` (what ``compact``
      runs), ``ResourceLimits(memory_limit_bytes=256 MiB)``, option ``target-file-size-bytes=134217728``;
    - ``sort``: the same with strategy ``sort`` by ``user_id ASC NULLS LAST, event_ts DESC NULLS LAST``;
    - ``pyiceberg``: ``table.overwrite(table.scan().to_arrow())``;
@@ -36,6 +36,7 @@ of ``bench/charts.py`` beside them. ``--scale 1,5,10`` runs the cases at several
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import datetime
 import glob
@@ -437,6 +438,7 @@ def _run_table(run_dir: str, metadata_location: str) -> Any:
 
 def _worker_engine(table: Any, case: str, run_dir: str) -> dict[str, Any]:
     from airflow_provider_iceberg_exec.engine.config import ResourceLimits
+    from airflow_provider_iceberg_exec.engine.ops import compaction
     from airflow_provider_iceberg_exec.engine.ops.compaction import (
         commit_compaction,
         execute_rewrite_task,
@@ -456,7 +458,11 @@ def _worker_engine(table: Any, case: str, run_dir: str) -> dict[str, Any]:
         from airflow_provider_iceberg_exec.engine.progress import listening
     # A listener at least as costly as the CLI's and the operators': every event formatted and kept.
     with listening(lambda event: events.append(event.describe())) if listener else contextlib.nullcontext():
-        results = [execute_rewrite_task(table, task, limits) for task in plan["tasks"]]
+        if hasattr(compaction, "execute_rewrite_tasks"):  # as compact runs them
+            results: list[Any] = []
+            compaction.execute_rewrite_tasks(table, collections.deque(plan["tasks"]), limits, results)
+        else:  # the code of before: one group after another
+            results = [execute_rewrite_task(table, task, limits) for task in plan["tasks"]]
     t2 = time.monotonic()
     outcome = commit_compaction(table, results, commit_id=uuid.uuid4().hex)
     t3 = time.monotonic()

@@ -116,6 +116,10 @@ class PackedEntries(Sequence[dict[str, Any]]):
         for index in range(len(self._paths)):
             yield self[index]
 
+    def has_delete_files(self) -> bool:
+        """Whether any entry lists a delete file, read off the shared rests (no entry is built)."""
+        return any(self._shapes[shape][1].get("delete-files") for shape in set(self._shape_of))
+
 
 class EntryPacker:
     """Packs task entries as a plan makes them, one :class:`PackedEntries` per task out of them.

@@ -7,7 +7,8 @@ from the CLI, or as separate Airflow tasks:
 result per task -> ``commit_compaction`` -> one ``replace`` snapshot per commit batch.
 
 Modules: :mod:`.plan` (``plan_compaction``), :mod:`.rewrite` (``execute_rewrite_task``), :mod:`.commit`
-(``commit_compaction``) and :mod:`.run` (``compact``: the three in one call).
+(``commit_compaction``) and :mod:`.run` (``compact``: the three in one call; ``execute_rewrite_tasks``: a
+plan's tasks in one process, plain binpack groups several at a time).
 """
 
 from __future__ import annotations
@@ -15,6 +16,6 @@ from __future__ import annotations
 from airflow_provider_iceberg_exec.engine.ops.compaction.commit import commit_compaction
 from airflow_provider_iceberg_exec.engine.ops.compaction.plan import plan_compaction
 from airflow_provider_iceberg_exec.engine.ops.compaction.rewrite import execute_rewrite_task
-from airflow_provider_iceberg_exec.engine.ops.compaction.run import compact
+from airflow_provider_iceberg_exec.engine.ops.compaction.run import compact, execute_rewrite_tasks
 
-__all__ = ["commit_compaction", "compact", "execute_rewrite_task", "plan_compaction"]
+__all__ = ["commit_compaction", "compact", "execute_rewrite_task", "execute_rewrite_tasks", "plan_compaction"]
