@@ -9,7 +9,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_provider_iceberg_exec.engine.commit.cleanup import delete_unreferenced, uris_of
 from airflow_provider_iceberg_exec.engine.config import CompactionOptions, ResourceLimits, Strategy
@@ -132,21 +132,22 @@ def execute_rewrite_tasks(
     """Rewrite a plan's groups (:func:`.execute_rewrite_task` each) into ``results``, in plan order,
     taking each task off ``tasks``; return the files of the groups that failed under ``partial_progress``.
 
-    Plain binpack groups (:func:`_groups_at_once`) run several at a time, each on one lane: a table of
-    many small partitions otherwise writes one small file after another while the other core waits (a
-    30-day table took 1.6x the floor). Without partial progress the first failure starts no other group;
-    the groups still running finish, their results join ``results`` (so that the caller removes their
-    files), and the failure is raised.
+    When every group is a plain binpack (:func:`_groups_at_once`), the groups too small to be split into
+    lanes run :attr:`ResourceLimits.file_workers` at a time, one lane each: a table of many small
+    partitions otherwise writes one small file after another while the other cores wait (a 30-day table
+    took 1.6x the floor). A group large enough for lanes runs alone, in its lanes. Without partial
+    progress the first failure starts no other group; the groups still running finish, their results join
+    ``results`` (so that the caller removes their files), and the failure is raised.
     """
     at_once = _groups_at_once(tasks, limits)
-    group_limits = limits if at_once == 1 else _one_lane_each(limits, at_once)
+    one_lane = _one_lane_each(limits, at_once)
     pool = ThreadPoolExecutor(at_once, thread_name_prefix="iceberg-exec-group") if at_once > 1 else None
-    running: collections.deque[tuple[RewriteTask, Future[RewriteResult]]] = collections.deque()
+    running: collections.deque[_Running] = collections.deque()
     groups, started, failed_files = len(tasks), 0, 0
     failure: BaseException | None = None
     try:
         while tasks or running:
-            while tasks and len(running) < at_once and failure is None:
+            while tasks and failure is None and _may_start(tasks[0], running, at_once):
                 task = tasks.popleft()
                 started += 1
                 log.info(
@@ -156,18 +157,20 @@ def execute_rewrite_tasks(
                     task["group_id"],
                     len(task["data_files"]),
                 )
-                running.append((task, _start(pool, execute_rewrite_task, table, task, group_limits)))
+                alone = at_once == 1 or _has_lanes(task)
+                future = _start(pool, execute_rewrite_task, table, task, limits if alone else one_lane)
+                running.append(_Running(task, alone, future))
             if not running:
                 break
-            task, future = running.popleft()
+            done = running.popleft()
             try:
-                results.append(future.result())
+                results.append(done.future.result())
             except IcebergExecError as err:
                 if not partial_progress:
                     failure = failure or err
                     continue
-                failed_files += len(task["data_files"])
-                log.error("group %s failed; continuing under partial progress: %s", task["group_id"], err)
+                failed_files += len(done.task["data_files"])
+                log.exception("group %s failed; continuing under partial progress", done.task["group_id"])
             except BaseException as err:
                 failure = failure or err
     finally:
@@ -179,13 +182,35 @@ def execute_rewrite_tasks(
     return failed_files
 
 
+class _Running(NamedTuple):
+    task: RewriteTask
+    #: runs with the whole limits, no other group beside it
+    alone: bool
+    future: Future[RewriteResult]
+
+
+def _may_start(task: RewriteTask, running: Sequence[_Running], at_once: int) -> bool:
+    """Whether ``task`` starts now: nothing runs, or it and the running groups are all small, and fewer
+    than ``at_once`` of them."""
+    if not running:
+        return True
+    return len(running) < at_once and not running[0].alone and not _has_lanes(task)
+
+
+def _has_lanes(task: RewriteTask) -> bool:
+    """Whether the group holds two target sizes, which :func:`.rewrite._lanes` would split (a plain
+    binpack's live bytes are its stored bytes)."""
+    target = CompactionOptions.from_options(task.get("options")).target_file_size_bytes
+    return int(task["input_bytes"]) >= 2 * max(1, target)
+
+
 def _groups_at_once(tasks: Sequence[RewriteTask], limits: ResourceLimits) -> int:
-    """How many groups run at once: :attr:`ResourceLimits.file_workers` when every group is a plain binpack,
-    else one.
+    """How many small groups run at once: :attr:`ResourceLimits.file_workers` when every group is a plain
+    binpack, else one.
 
     A plain binpack (no sort, no rows moving to another spec, no delete file) reads and writes without
-    DataFusion's memory pool: each group holds one lane's reader and writer, so the groups at once hold
-    what one group's lanes would. A group that sorts or joins deletes sizes its pool to the whole limit.
+    DataFusion's memory pool: each small group holds one lane's reader and writer, so the groups at once
+    hold what one group's lanes would. A group that sorts or joins deletes sizes its pool to the whole limit.
     """
     at_once = min(limits.file_workers, len(tasks))
     if at_once < 2:
@@ -224,11 +249,9 @@ def _start(
     return done
 
 
-def _collect(
-    running: collections.deque[tuple[RewriteTask, Future[RewriteResult]]], results: list[RewriteResult]
-) -> None:
+def _collect(running: collections.deque[_Running], results: list[RewriteResult]) -> None:
     """Add the results of the groups done that succeeded (a failed one removed what it wrote)."""
     while running:
-        _, future = running.popleft()
+        future = running.popleft().future
         if not future.cancelled() and future.exception() is None:
             results.append(future.result())
