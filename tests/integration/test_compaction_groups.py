@@ -8,6 +8,7 @@ progress, the other groups commit; progress from the groups' threads reaches the
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 from collections.abc import Callable
@@ -24,8 +25,12 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
-from airflow_provider_iceberg_exec.engine.ops.compaction import compact, plan_compaction
+from airflow_provider_iceberg_exec.engine.errors import DataFileReadError, IcebergExecError
+from airflow_provider_iceberg_exec.engine.ops.compaction import (
+    compact,
+    execute_rewrite_tasks,
+    plan_compaction,
+)
 from airflow_provider_iceberg_exec.engine.ops.compaction import run as run_module
 from airflow_provider_iceberg_exec.engine.progress import Progress, listening
 from tests.helpers import (
@@ -210,3 +215,19 @@ def test_progress_of_groups_run_at_once_reaches_the_plan_totals(catalog: SqlCata
         sum(f.file_size_in_bytes for f in inputs),
         len(DAYS) * FILES_A_DAY * ROWS_A_FILE,
     )
+
+
+def test_a_malformed_task_fails_with_its_own_error_after_the_groups_before_it(
+    catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    """A task handed in without its files: the plan runs one group at a time, the group before it is
+    rewritten (its result is the caller's to commit or remove), and the task's own check fails."""
+    table = _days_table(catalog)
+    tasks = plan_compaction(table, options=OPTIONS)["tasks"][:2]
+    del tasks[1]["data_files"]  # type: ignore[misc]
+    results: list[Any] = []
+
+    with pytest.raises(IcebergExecError, match="data_files"):
+        execute_rewrite_tasks(table, collections.deque(tasks), limits(tmp_path, target_partitions=2), results)
+
+    assert [r["group_id"] for r in results] == [tasks[0]["group_id"]]

@@ -7,7 +7,7 @@ import contextvars
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -20,7 +20,11 @@ from airflow_provider_iceberg_exec.engine.contracts import (
     RewriteTask,
 )
 from airflow_provider_iceberg_exec.engine.documents.packed import PackedEntries
-from airflow_provider_iceberg_exec.engine.errors import CommitStateUnknownError, IcebergExecError
+from airflow_provider_iceberg_exec.engine.errors import (
+    CommitStateUnknownError,
+    ConfigurationError,
+    IcebergExecError,
+)
 from airflow_provider_iceberg_exec.engine.io.session import release_memory
 from airflow_provider_iceberg_exec.engine.ops.compaction.commit import commit_compaction, landed_result
 from airflow_provider_iceberg_exec.engine.ops.compaction.common import strategy_of
@@ -48,7 +52,8 @@ def compact(
 ) -> CompactionResult:
     """Plan, rewrite every group and commit: Spark's ``rewrite_data_files`` in one call.
 
-    Groups run one after another, each bounded by ``limits``. Without partial progress a failing group
+    Groups run one after another, each bounded by ``limits``, but for small plain binpack groups, which run
+    several at once (:func:`execute_rewrite_tasks`). Without partial progress a failing group
     removes what every group wrote and raises; with it, the failure is counted and the rest commit.
 
     >>> import tempfile, pyarrow as pa
@@ -154,8 +159,8 @@ def execute_rewrite_tasks(
                     "rewriting group %d of %d (%s, %d files)",
                     started,
                     groups,
-                    task["group_id"],
-                    len(task["data_files"]),
+                    task.get("group_id"),
+                    _file_count(task),
                 )
                 alone = at_once == 1 or _has_lanes(task)
                 future = _start(pool, execute_rewrite_task, table, task, limits if alone else one_lane)
@@ -169,8 +174,8 @@ def execute_rewrite_tasks(
                 if not partial_progress:
                     failure = failure or err
                     continue
-                failed_files += len(done.task["data_files"])
-                log.exception("group %s failed; continuing under partial progress", done.task["group_id"])
+                failed_files += _file_count(done.task)
+                log.exception("group %s failed; continuing under partial progress", done.task.get("group_id"))
             except BaseException as err:
                 failure = failure or err
     finally:
@@ -180,6 +185,12 @@ def execute_rewrite_tasks(
     if failure is not None:
         raise failure
     return failed_files
+
+
+def _file_count(task: RewriteTask) -> int:
+    """The task's input files, as far as it says (a malformed task fails its own check as it runs)."""
+    files = task.get("data_files")
+    return len(files) if isinstance(files, Sized) else 0
 
 
 class _Running(NamedTuple):
@@ -199,9 +210,10 @@ def _may_start(task: RewriteTask, running: Sequence[_Running], at_once: int) -> 
 
 def _has_lanes(task: RewriteTask) -> bool:
     """Whether the group holds two target sizes, which :func:`.rewrite._lanes` would split (a plain
-    binpack's live bytes are its stored bytes)."""
+    binpack's live bytes are its stored bytes); a task that does not say runs alone."""
     target = CompactionOptions.from_options(task.get("options")).target_file_size_bytes
-    return int(task["input_bytes"]) >= 2 * max(1, target)
+    size = task.get("input_bytes")
+    return not isinstance(size, int) or size >= 2 * max(1, target)
 
 
 def _groups_at_once(tasks: Sequence[RewriteTask], limits: ResourceLimits) -> int:
@@ -219,14 +231,16 @@ def _groups_at_once(tasks: Sequence[RewriteTask], limits: ResourceLimits) -> int
 
 
 def _plain_binpack(task: RewriteTask) -> bool:
-    if strategy_of(str(task.get("strategy", "binpack"))) is not Strategy.BINPACK:
+    """Whether ``task`` is a plain binpack; a malformed one is not (each task is checked as it runs)."""
+    try:
+        if strategy_of(str(task.get("strategy", "binpack"))) is not Strategy.BINPACK:
+            return False
+        entries = task["data_files"]
+        if isinstance(entries, PackedEntries):
+            return not task.get("needs_repartition") and not entries.has_delete_files()
+        return not task.get("needs_repartition") and not any(entry.get("delete-files") for entry in entries)
+    except (ConfigurationError, KeyError, TypeError, AttributeError):
         return False
-    if task.get("needs_repartition"):
-        return False
-    entries = task["data_files"]
-    if isinstance(entries, PackedEntries):
-        return not entries.has_delete_files()
-    return not any(entry.get("delete-files") for entry in entries)
 
 
 def _one_lane_each(limits: ResourceLimits, at_once: int) -> ResourceLimits:
