@@ -124,6 +124,8 @@ class CompactionOptions:
     remove_dangling_deletes: bool = False
     var_length_contribution: int = 8
     max_output_size: int = 2**31 - 1
+    #: at most this many small plain binpack groups rewrite at once in one process (Spark's default 5)
+    max_concurrent_file_group_rewrites: int = 5
 
     #: option name -> attribute name, in Spark's spelling
     NAMES = {
@@ -147,6 +149,7 @@ class CompactionOptions:
         # z-order (``sort_order="zorder(c1, c2)"``): bytes per string or binary column, bytes of the key
         "var-length-contribution": "var_length_contribution",
         "max-output-size": "max_output_size",
+        "max-concurrent-file-group-rewrites": "max_concurrent_file_group_rewrites",
     }
 
     def __post_init__(self) -> None:
@@ -178,7 +181,7 @@ class CompactionOptions:
         >>> CompactionOptions.from_options({"target-file-size": "1"})
         Traceback (most recent call last):
         ...
-        airflow_provider_iceberg_exec.engine.errors.ConfigurationError: Cannot use options ['target-file-size'], they are not supported; valid options: delete-file-threshold, delete-ratio-threshold, max-file-group-input-files, max-file-group-size-bytes, max-file-size-bytes, max-files-to-rewrite, max-output-size, min-file-size-bytes, min-input-files, output-spec-id, partial-progress.enabled, partial-progress.max-commits, partial-progress.max-failed-commits, remove-dangling-deletes, rewrite-all, rewrite-job-order, target-file-size-bytes, use-starting-sequence-number, var-length-contribution
+        airflow_provider_iceberg_exec.engine.errors.ConfigurationError: Cannot use options ['target-file-size'], they are not supported; valid options: delete-file-threshold, delete-ratio-threshold, max-concurrent-file-group-rewrites, max-file-group-input-files, max-file-group-size-bytes, max-file-size-bytes, max-files-to-rewrite, max-output-size, min-file-size-bytes, min-input-files, output-spec-id, partial-progress.enabled, partial-progress.max-commits, partial-progress.max-failed-commits, remove-dangling-deletes, rewrite-all, rewrite-job-order, target-file-size-bytes, use-starting-sequence-number, var-length-contribution
         """  # noqa: E501
         options = dict(options or {})
         unknown = sorted(set(options) - set(cls.NAMES))
@@ -272,6 +275,7 @@ _COMPACTION_CHECKS: tuple[_Check, ...] = (
     _bound("partial_progress_max_commits", ">=", 1),
     _bound("var_length_contribution", ">", 0),
     _bound("max_output_size", ">", 0),
+    _bound("max_concurrent_file_group_rewrites", ">=", 1),
     _bound("partial_progress_max_failed_commits", ">=", 0, optional=True),
 )
 

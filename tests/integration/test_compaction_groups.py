@@ -25,7 +25,11 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_provider_iceberg_exec.engine.errors import DataFileReadError, IcebergExecError
+from airflow_provider_iceberg_exec.engine.errors import (
+    ConfigurationError,
+    DataFileReadError,
+    IcebergExecError,
+)
 from airflow_provider_iceberg_exec.engine.ops.compaction import (
     compact,
     execute_rewrite_tasks,
@@ -121,7 +125,9 @@ def test_small_groups_run_at_once_and_keep_every_row(
     assert sorted(tuple(f.partition) for f in data_files(table)) == [(day,) for day in DAYS]
 
 
-@pytest.mark.parametrize("case", ["sort", "position deletes", "one core"])
+@pytest.mark.parametrize(
+    "case", ["sort", "position deletes", "one core", "max-concurrent-file-group-rewrites=1"]
+)
 def test_a_sort_a_group_with_deletes_or_one_core_runs_one_group_at_a_time(
     catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
@@ -130,6 +136,8 @@ def test_a_sort_a_group_with_deletes_or_one_core_runs_one_group_at_a_time(
     cores = 1 if case == "one core" else 2
     if case == "sort":
         options["strategy"] = "sort"
+    if case.startswith("max-concurrent"):
+        options["max-concurrent-file-group-rewrites"] = "1"
     if case == "position deletes":
         first = data_files(table)[0]
         commit_position_deletes(table, first.file_path, [0, 1])
@@ -231,3 +239,15 @@ def test_a_malformed_task_fails_with_its_own_error_after_the_groups_before_it(
         execute_rewrite_tasks(table, collections.deque(tasks), limits(tmp_path, target_partitions=2), results)
 
     assert [r["group_id"] for r in results] == [tasks[0]["group_id"]]
+
+
+def test_max_concurrent_file_group_rewrites_below_one_is_refused(catalog: SqlCatalog, tmp_path: Path) -> None:
+    table = _days_table(catalog)
+    state = table_state(table)
+
+    with pytest.raises(ConfigurationError, match="max-concurrent-file-group-rewrites must be >= 1"):
+        compact(
+            table, options={**OPTIONS, "max-concurrent-file-group-rewrites": "0"}, limits=limits(tmp_path)
+        )
+
+    assert table_state(table) == state

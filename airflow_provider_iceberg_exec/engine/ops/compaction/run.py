@@ -105,7 +105,12 @@ def compact(
     try:
         with track("compaction", files_total=files, bytes_total=input_bytes):
             failed_files = execute_rewrite_tasks(
-                table, tasks, limits, results, partial_progress=resolved.partial_progress_enabled
+                table,
+                tasks,
+                limits,
+                results,
+                partial_progress=resolved.partial_progress_enabled,
+                max_at_once=resolved.max_concurrent_file_group_rewrites,
             )
         release_memory()  # the rewrite's buffers: the commit starts without their pages
         outcome = commit_compaction(
@@ -133,18 +138,20 @@ def execute_rewrite_tasks(
     results: list[RewriteResult],
     *,
     partial_progress: bool = False,
+    max_at_once: int | None = None,
 ) -> int:
     """Rewrite a plan's groups (:func:`.execute_rewrite_task` each) into ``results``, in plan order,
     taking each task off ``tasks``; return the files of the groups that failed under ``partial_progress``.
 
     When every group is a plain binpack (:func:`_groups_at_once`), the groups too small to be split into
-    lanes run :attr:`ResourceLimits.file_workers` at a time, one lane each: a table of many small
+    lanes run :attr:`ResourceLimits.file_workers` at a time (at most ``max_at_once``,
+    ``max-concurrent-file-group-rewrites``), one lane each: a table of many small
     partitions otherwise writes one small file after another while the other cores wait (a 30-day table
     took 1.6x the floor). A group large enough for lanes runs alone, in its lanes. Without partial
     progress the first failure starts no other group; the groups still running finish, their results join
     ``results`` (so that the caller removes their files), and the failure is raised.
     """
-    at_once = _groups_at_once(tasks, limits)
+    at_once = min(_groups_at_once(tasks, limits), max(1, max_at_once or len(tasks)))
     one_lane = _one_lane_each(limits, at_once)
     pool = ThreadPoolExecutor(at_once, thread_name_prefix="iceberg-exec-group") if at_once > 1 else None
     running: collections.deque[_Running] = collections.deque()
