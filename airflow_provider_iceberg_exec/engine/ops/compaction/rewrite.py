@@ -82,7 +82,9 @@ def execute_rewrite_task(table: Table, task: Mapping[str, Any], limits: Resource
     lanes = _lanes(inputs, layout, limits)
     expected_rows = sum(lane.records for lane in lanes)
     rewritten_bytes = sum(lane.stored_bytes for lane in lanes)
-    sort_lanes = _sort_lanes(limits) if layout.needs_order else 1
+    sort_lanes = (
+        _sort_lanes(limits, rewritten_bytes, layout.target_file_size_bytes) if layout.needs_order else 1
+    )
     with (
         track("compaction", files_total=len(inputs), bytes_total=rewritten_bytes, label=group_id) as progress,
         track_resources(limits) as (spill_dir, stats),
@@ -343,15 +345,21 @@ class _SortLane:
 _SORT_LANE_LIMIT_BYTES = 128 << 20
 
 
-def _sort_lanes(limits: ResourceLimits) -> int:
+def _sort_lanes(limits: ResourceLimits, stored_bytes: int, target_file_size_bytes: int) -> int:
     """Lanes a sorted group merges and writes in: one per writer the limit holds at once
     (:attr:`ResourceLimits.file_workers`, the bound binpack's lanes use) and per 128 MiB of the limit, so
-    that the lanes stay within the limit plus the engine's overhead.
+    that the lanes stay within the limit plus the engine's overhead, and no more than the group holds
+    target sizes: each lane writes its own key range into files of its own, so a lane must be worth a full
+    file (a day's 29 MB group of a partitioned table was written as two files of 15 MB).
 
-    >>> [_sort_lanes(ResourceLimits(memory_limit_bytes=m << 20, target_partitions=2)) for m in (64, 128, 256)]
+    >>> limits = [ResourceLimits(memory_limit_bytes=m << 20, target_partitions=2) for m in (64, 128, 256)]
+    >>> [_sort_lanes(each, 10 << 30, 128 << 20) for each in limits]
+    [1, 1, 2]
+    >>> [_sort_lanes(limits[2], size << 20, 128 << 20) for size in (29, 255, 256)]
     [1, 1, 2]
     """
-    return max(1, min(limits.file_workers, limits.memory_limit_bytes // _SORT_LANE_LIMIT_BYTES))
+    by_memory = max(1, min(limits.file_workers, limits.memory_limit_bytes // _SORT_LANE_LIMIT_BYTES))
+    return max(1, min(by_memory, stored_bytes // max(1, target_file_size_bytes)))
 
 
 def _check_rows_conserved(group_id: str, expected_rows: int, deletes: DeleteStats, written: int) -> None:
