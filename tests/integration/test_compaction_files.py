@@ -603,15 +603,11 @@ def test_sort_that_does_not_fit_spills_and_finishes(catalog: SqlCatalog, tmp_pat
     _assert_sorted_by_payload(table)
 
 
-def test_sort_on_two_cores_writes_files_of_disjoint_key_ranges(catalog: SqlCatalog, tmp_path: Path) -> None:
-    """A sort that spills, given two cores and a limit of 256 MiB (a sort lane per 128 MiB), of a group
-    of two target sizes, merges and writes its key ranges in two lanes: every file is sorted, no two
-    files' key ranges overlap, and the live rows are the same."""
-    table = _wide_table(catalog, "ns.lanes", rows=400_000)
-    before = live_checksum(table)
-    target = sum(f.file_size_in_bytes for f in data_files(table)) // 2
-
-    result = run_compact(
+def _sort_on_two_cores(table: Table, tmp_path: Path, target_sizes: float) -> dict[str, Any]:
+    """Sort ``table`` by payload on two cores at a 256 MiB limit (a sort lane per 128 MiB), with a target
+    that makes its one group ``target_sizes`` target sizes."""
+    target = int(sum(f.file_size_in_bytes for f in data_files(table)) / target_sizes)
+    return run_compact(
         table,
         tmp_path,
         options={"target-file-size-bytes": str(target)},
@@ -619,6 +615,15 @@ def test_sort_on_two_cores_writes_files_of_disjoint_key_ranges(catalog: SqlCatal
         sort_order="payload",
         limits=limits(tmp_path, 256 * MiB, target_partitions=2),
     )
+
+
+def test_sort_on_two_cores_writes_files_of_disjoint_key_ranges(catalog: SqlCatalog, tmp_path: Path) -> None:
+    """A sort that spills, of a group of two target sizes, merges and writes its key ranges in two lanes:
+    every file is sorted, no two files' key ranges overlap, and the live rows are the same."""
+    table = _wide_table(catalog, "ns.lanes", rows=400_000)
+    before = live_checksum(table)
+
+    result = _sort_on_two_cores(table, tmp_path, target_sizes=2)
 
     assert result["spilled_bytes"] > 0
     assert live_checksum(table) == before
@@ -632,29 +637,6 @@ def test_sort_on_two_cores_writes_files_of_disjoint_key_ranges(catalog: SqlCatal
     assert all(one[1] < other[0] for one, other in itertools.pairwise(ranges))
 
 
-def test_sorted_group_under_two_target_sizes_is_one_file_on_two_cores(
-    catalog: SqlCatalog, tmp_path: Path
-) -> None:
-    """The same sort of a group under two target sizes keeps one lane: one file, as Spark writes it, not
-    one a lane (a lane must be worth a full file)."""
-    table = _wide_table(catalog, "ns.one_lane", rows=400_000)
-    before = live_checksum(table)
-    target = sum(f.file_size_in_bytes for f in data_files(table)) * 6 // 5
-
-    run_compact(
-        table,
-        tmp_path,
-        options={"target-file-size-bytes": str(target)},
-        strategy="sort",
-        sort_order="payload",
-        limits=limits(tmp_path, 256 * MiB, target_partitions=2),
-    )
-
-    assert live_checksum(table) == before
-    _assert_sorted_by_payload(table)
-    assert len(data_files(table)) == 1
-
-
 def test_sort_that_fits_does_not_report_spill(catalog: SqlCatalog, tmp_path: Path) -> None:
     """The control for the test above: with room enough the same kind of sort spills nothing."""
     table = _wide_table(catalog, "ns.not_spilling", rows=20_000)
@@ -665,3 +647,18 @@ def test_sort_that_fits_does_not_report_spill(catalog: SqlCatalog, tmp_path: Pat
 
     assert result["spilled_bytes"] == 0
     _assert_sorted_by_payload(table)
+
+
+def test_sorted_group_under_two_target_sizes_is_one_file_on_two_cores(
+    catalog: SqlCatalog, tmp_path: Path
+) -> None:
+    """The same sort of a group under two target sizes keeps one lane: one file, as Spark writes it, not
+    one a lane (a lane must be worth a full file)."""
+    table = _wide_table(catalog, "ns.one_lane", rows=400_000)
+    before = live_checksum(table)
+
+    _sort_on_two_cores(table, tmp_path, target_sizes=5 / 6)
+
+    assert live_checksum(table) == before
+    _assert_sorted_by_payload(table)
+    assert len(data_files(table)) == 1
