@@ -8,9 +8,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionField, PartitionSpec, _to_partition_representation
 from pyiceberg.schema import Schema
@@ -189,3 +191,49 @@ def assert_rows_match_partition(table: Table, data_file: DataFile) -> None:
                 value = uuid.UUID(bytes=value)
             actual = transform(_to_partition_representation(source.field_type, value))
             assert actual == expected, (data_file.file_path, partition_field.name, row)
+
+
+#: ``letters_table``'s columns
+LETTERS_SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "category", StringType(), required=False),
+    NestedField(3, "payload", StringType(), required=False),
+)
+
+
+def letters(rng: np.random.Generator, rows: int, width: int) -> pa.Array:
+    """``rows`` strings of ``width`` random lowercase letters."""
+    data = rng.integers(97, 123, rows * width, dtype=np.uint8).tobytes()
+    offsets = np.arange(0, (rows + 1) * width, width, dtype=np.int32).tobytes()
+    return pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def letters_table(
+    catalog: SqlCatalog, name: str, *, categories: tuple[str, ...], files: int, rows_per_file: int
+) -> Table:
+    """``files`` appends per category of ``rows_per_file`` rows with 40 random letters each, ids counting
+    up; partitioned by identity(category) when there are several categories."""
+    spec = (
+        PartitionSpec(
+            PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="category")
+        )
+        if len(categories) > 1
+        else PartitionSpec()
+    )
+    table = catalog.create_table(name, schema=LETTERS_SCHEMA, partition_spec=spec)
+    rng = np.random.default_rng(16)
+    start = 0
+    for _ in range(files):
+        for category in categories:
+            table.append(
+                pa.table(
+                    {
+                        "id": pa.array(np.arange(start, start + rows_per_file), pa.int64()),
+                        "category": pa.array([category] * rows_per_file, pa.string()),
+                        "payload": letters(rng, rows_per_file, 40),
+                    },
+                    schema=LETTERS_SCHEMA.as_arrow(),
+                )
+            )
+            start += rows_per_file
+    return table

@@ -15,15 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
@@ -45,15 +39,10 @@ from tests.helpers import (
     local_path,
     table_state,
 )
-from tests.integration.compaction_support import limits
+from tests.integration.compaction_support import letters_table, limits
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = Schema(
-    NestedField(1, "id", LongType(), required=False),
-    NestedField(2, "day", StringType(), required=False),
-    NestedField(3, "payload", StringType(), required=False),
-)
 DAYS = ("d1", "d2", "d3", "d4")
 FILES_A_DAY = 3
 ROWS_A_FILE = 500
@@ -62,23 +51,7 @@ OPTIONS = {"min-input-files": "2"}
 
 def _days_table(catalog: SqlCatalog) -> Table:
     """``FILES_A_DAY`` appends of ``ROWS_A_FILE`` rows into each of ``DAYS`` (identity partitions)."""
-    spec = PartitionSpec(
-        PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="day")
-    )
-    table = catalog.create_table("ns.days", schema=SCHEMA, partition_spec=spec)
-    rng = np.random.default_rng(33)
-    start = 0
-    for _ in range(FILES_A_DAY):
-        for day in DAYS:
-            ids = np.arange(start, start + ROWS_A_FILE)
-            payload = [f"p{v}" for v in rng.integers(0, 10**9, ROWS_A_FILE)]
-            table.append(
-                pa.table(
-                    {"id": ids, "day": [day] * ROWS_A_FILE, "payload": payload}, schema=SCHEMA.as_arrow()
-                )
-            )
-            start += ROWS_A_FILE
-    return table
+    return letters_table(catalog, "ns.days", categories=DAYS, files=FILES_A_DAY, rows_per_file=ROWS_A_FILE)
 
 
 class _Groups:
@@ -185,7 +158,7 @@ def test_under_partial_progress_the_other_groups_commit(
     tasks = plan_compaction(table, options=OPTIONS)["tasks"]
     damaged = tasks[1]["data_files"][0]["data-file"]["file-path"]
     failing_day = next(f.partition[0] for f in data_files(table) if f.file_path == damaged)
-    others = f"day != '{failing_day}'"
+    others = f"category != '{failing_day}'"
     before = live_checksum(table, others)
     Path(local_path(damaged)).write_bytes(b"not parquet")
     groups = _Groups(monkeypatch, meet=True)

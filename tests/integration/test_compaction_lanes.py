@@ -18,16 +18,11 @@ import threading
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io import FileIO, InputStream
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import DataFileReadError
@@ -42,18 +37,13 @@ from tests.helpers import (
     local_path,
     table_state,
 )
-from tests.integration.compaction_support import limits
+from tests.integration.compaction_support import letters_table, limits
 from tests.integration.maintenance_support import write_equality_deletes
 
 pytestmark = pytest.mark.integration
 
 REWRITE_LOG = "airflow_provider_iceberg_exec.engine.ops.compaction.rewrite"
 WRITE_LOG = "airflow_provider_iceberg_exec.engine.io.write"
-SCHEMA = Schema(
-    NestedField(1, "id", LongType(), required=False),
-    NestedField(2, "category", StringType(), required=False),
-    NestedField(3, "payload", StringType(), required=False),
-)
 FILES = 8
 ROWS_PER_FILE = 3000
 
@@ -63,39 +53,10 @@ def _two_cores(tmp_path: Path) -> ResourceLimits:
     return limits(tmp_path, target_partitions=2)
 
 
-def _letters(rng: np.random.Generator, rows: int, width: int) -> pa.Array:
-    data = rng.integers(97, 123, rows * width, dtype=np.uint8).tobytes()
-    offsets = np.arange(0, (rows + 1) * width, width, dtype=np.int32).tobytes()
-    return pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
 def _table(catalog: SqlCatalog, *, categories: tuple[str, ...] = ("a",), files: int = FILES) -> Table:
     """``files`` appends per category of ``ROWS_PER_FILE`` rows with 40 random letters each (about
     80 KiB a file); partitioned by identity(category) when there are several categories."""
-    spec = (
-        PartitionSpec(
-            PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="category")
-        )
-        if len(categories) > 1
-        else PartitionSpec()
-    )
-    table = catalog.create_table("ns.lanes", schema=SCHEMA, partition_spec=spec)
-    rng = np.random.default_rng(16)
-    start = 0
-    for _ in range(files):
-        for category in categories:
-            table.append(
-                pa.table(
-                    {
-                        "id": pa.array(np.arange(start, start + ROWS_PER_FILE), pa.int64()),
-                        "category": pa.array([category] * ROWS_PER_FILE, pa.string()),
-                        "payload": _letters(rng, ROWS_PER_FILE, 40),
-                    },
-                    schema=SCHEMA.as_arrow(),
-                )
-            )
-            start += ROWS_PER_FILE
-    return table
+    return letters_table(catalog, "ns.lanes", categories=categories, files=files, rows_per_file=ROWS_PER_FILE)
 
 
 def _hold_read_until_written(monkeypatch: pytest.MonkeyPatch, location: str, *, files: int) -> None:
