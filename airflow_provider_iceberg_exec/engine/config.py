@@ -13,7 +13,7 @@ import operator
 import os
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from airflow_provider_iceberg_exec.engine.errors import ConfigurationError
 from airflow_provider_iceberg_exec.sizes import parse_byte_size
@@ -45,12 +45,15 @@ class ResourceLimits:
     :param target_partitions: the cores the execution is given (default: the machine's): DataFusion's
         parallelism, and with the memory limit the writers run at once (:attr:`file_workers`).
     :param batch_size: rows per record batch.
+    :param writer_limit_bytes: the limit the Parquet writers' row groups are sized from, when it is not
+        ``memory_limit_bytes``: a share of a limit (:meth:`shared`) keeps the whole's row groups.
     """
 
     memory_limit_bytes: int = 256 * MiB
     spill_dir: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "iceberg-exec-spill"))
     target_partitions: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
     batch_size: int = 8192
+    writer_limit_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.memory_limit_bytes < MIN_MEMORY_LIMIT_BYTES:
@@ -62,11 +65,43 @@ class ResourceLimits:
             raise ConfigurationError("target_partitions must be >= 1")
         if self.batch_size < 1:
             raise ConfigurationError("batch_size must be >= 1")
+        if self.writer_limit_bytes is not None and self.writer_limit_bytes < self.memory_limit_bytes:
+            raise ConfigurationError("writer_limit_bytes must be at least memory_limit_bytes")
 
     @property
     def writer_buffer_bytes(self) -> int:
         """Bytes one Parquet writer may buffer for a row group (an eighth of the limit, at most 128 MiB)."""
-        return min(128 * MiB, self.memory_limit_bytes // 8)
+        return min(128 * MiB, (self.writer_limit_bytes or self.memory_limit_bytes) // 8)
+
+    @property
+    def shares(self) -> int:
+        """Into how many executions side by side these limits can be shared (:meth:`shared`): one per
+        writer the limit holds at once (:attr:`file_workers`), each with at least the floor of a limit."""
+        return max(1, min(self.file_workers, self.memory_limit_bytes // MIN_MEMORY_LIMIT_BYTES))
+
+    def shared(self, count: int) -> ResourceLimits:
+        """The limits of one of ``count`` executions running side by side within these (at most
+        :attr:`shares`): a ``count``-th of the memory and of the cores each. The writers keep the row
+        groups of the whole, so that a file does not depend on what ran beside it; the ``count`` writers
+        fit in the limit as :attr:`file_workers` writers do.
+
+        >>> whole = ResourceLimits(memory_limit_bytes=256 * MiB, target_partitions=2)
+        >>> half = whole.shared(2)
+        >>> half.memory_limit_bytes // MiB, half.target_partitions, half.writer_buffer_bytes // MiB
+        (128, 1, 32)
+        >>> whole.writer_buffer_bytes // MiB, half.file_workers
+        (32, 1)
+        """
+        if not 1 <= count <= self.shares:
+            raise ConfigurationError(f"these limits are shared by 1 to {self.shares} executions, not {count}")
+        if count == 1:
+            return self
+        return replace(
+            self,
+            memory_limit_bytes=self.memory_limit_bytes // count,
+            target_partitions=max(1, self.target_partitions // count),
+            writer_limit_bytes=self.writer_limit_bytes or self.memory_limit_bytes,
+        )
 
     @property
     def file_workers(self) -> int:

@@ -1,7 +1,8 @@
-"""The one-call compaction runs small plain binpack groups several at a time (issue 16): a table of many
-small partitions otherwise writes one small file after another on one core. Checked here: the groups do
-overlap (a barrier only two overlapping groups pass), rows and checksum (PyIceberg's scan) are kept with
-one file a partition; a sort, a group with deletes or a group large enough for lanes runs alone; a
+"""The one-call compaction runs small plain groups (binpack or sort) several at a time (issue 16): a table of
+many small partitions otherwise writes one small file after another on one core. Checked here: the groups
+do overlap (a barrier only two overlapping groups pass), rows and checksum (PyIceberg's scan) are kept with
+one file a partition, sorted ones sorted, each group within a share of the limits that keeps the whole's
+row groups; a group with deletes or a group large enough for lanes runs alone; a
 failure in one group removes what every group wrote and leaves the table as it was, or, under partial
 progress, the other groups commit; progress from the groups' threads reaches the one tracker.
 """
@@ -15,10 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
+from airflow_provider_iceberg_exec.engine.config import ResourceLimits
 from airflow_provider_iceberg_exec.engine.errors import (
     ConfigurationError,
     DataFileReadError,
@@ -61,6 +64,7 @@ class _Groups:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, meet: bool) -> None:
         self.running = 0
         self.most = 0
+        self.limits: list[ResourceLimits] = []
         self._lock = threading.Lock()
         self._barrier = threading.Barrier(2, timeout=30) if meet else None
         self._started = 0
@@ -72,6 +76,7 @@ class _Groups:
                 first_two = self._started <= 2
                 self.running += 1
                 self.most = max(self.most, self.running)
+                self.limits.append(args[2])
             try:
                 if self._barrier is not None and first_two:
                     self._barrier.wait()
@@ -98,17 +103,38 @@ def test_small_groups_run_at_once_and_keep_every_row(
     assert sorted(tuple(f.partition) for f in data_files(table)) == [(day,) for day in DAYS]
 
 
-@pytest.mark.parametrize(
-    "case", ["sort", "position deletes", "one core", "max-concurrent-file-group-rewrites=1"]
-)
-def test_a_sort_a_group_with_deletes_or_one_core_runs_one_group_at_a_time(
+def test_small_sorted_groups_run_at_once_each_in_a_share_of_the_limits(
+    catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = _days_table(catalog)
+    before = live_checksum(table)
+    groups = _Groups(monkeypatch, meet=True)
+    whole = limits(tmp_path, target_partitions=2)
+
+    compact(table, options=OPTIONS, strategy="sort", sort_order="id DESC", limits=whole)
+
+    assert groups.most == 2
+    # a share of the memory and of the cores each, the writers sized as the whole's
+    assert {(each.memory_limit_bytes, each.target_partitions) for each in groups.limits} == {
+        (whole.memory_limit_bytes // 2, 1)
+    }
+    assert {each.writer_buffer_bytes for each in groups.limits} == {whole.writer_buffer_bytes}
+    assert live_checksum(table) == before
+    written = data_files(table)
+    assert sorted(tuple(f.partition) for f in written) == [(day,) for day in DAYS]
+    for data_file in written:
+        ids = pq.read_table(local_path(data_file.file_path), columns=["id"]).column("id").to_pylist()
+        assert len(ids) == FILES_A_DAY * ROWS_A_FILE
+        assert ids == sorted(ids, reverse=True)
+
+
+@pytest.mark.parametrize("case", ["position deletes", "one core", "max-concurrent-file-group-rewrites=1"])
+def test_a_group_with_deletes_or_one_core_runs_one_group_at_a_time(
     catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     table = _days_table(catalog)
     options = dict(OPTIONS)
     cores = 1 if case == "one core" else 2
-    if case == "sort":
-        options["strategy"] = "sort"
     if case.startswith("max-concurrent"):
         options["max-concurrent-file-group-rewrites"] = "1"
     if case == "position deletes":
@@ -117,14 +143,7 @@ def test_a_sort_a_group_with_deletes_or_one_core_runs_one_group_at_a_time(
     before = live_checksum(table)
     groups = _Groups(monkeypatch, meet=False)
 
-    strategy = options.pop("strategy", "binpack")
-    compact(
-        table,
-        options=options,
-        strategy=strategy,
-        sort_order="id" if strategy == "sort" else None,
-        limits=limits(tmp_path, target_partitions=cores),
-    )
+    compact(table, options=options, limits=limits(tmp_path, target_partitions=cores))
 
     assert groups.most == 1
     assert live_checksum(table) == before

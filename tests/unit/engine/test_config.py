@@ -60,11 +60,30 @@ def test_resource_limits_default_to_256_mib_and_size_the_writer_buffer_from_the_
         ({"memory_limit_bytes": MIN_MEMORY_LIMIT_BYTES - 1}, "is below the floor of 32MiB"),
         ({"target_partitions": 0}, "target_partitions must be >= 1"),
         ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"memory_limit_bytes": 64 << 20, "writer_limit_bytes": 32 << 20}, "at least memory_limit_bytes"),
     ],
 )
 def test_resource_limits_refuse_what_cannot_run(kwargs, message) -> None:
     with pytest.raises(ConfigurationError, match=message):
         ResourceLimits(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("memory_mib", "cores", "shares"),
+    [(256, 2, 2), (256, 8, 2), (1024, 8, 2), (4096, 8, 8), (64, 2, 2), (32, 2, 1), (256, 1, 1)],
+)
+def test_limits_are_shared_by_the_writers_they_hold_each_with_the_floor_of_a_limit(
+    memory_mib: int, cores: int, shares: int
+) -> None:
+    whole = ResourceLimits(memory_limit_bytes=memory_mib << 20, target_partitions=cores)
+    assert whole.shares == shares
+    share = whole.shared(shares)
+    assert share.memory_limit_bytes == whole.memory_limit_bytes // shares >= MIN_MEMORY_LIMIT_BYTES
+    assert share.target_partitions == max(1, cores // shares)
+    assert share.writer_buffer_bytes == whole.writer_buffer_bytes  # the whole's row groups
+    assert share.shared(1) is share
+    with pytest.raises(ConfigurationError, match=f"shared by 1 to {shares} executions, not {shares + 1}"):
+        whole.shared(shares + 1)
 
 
 def test_the_floor_itself_is_accepted_and_limits_are_frozen() -> None:
