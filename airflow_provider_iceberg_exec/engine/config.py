@@ -159,7 +159,7 @@ class CompactionOptions:
     remove_dangling_deletes: bool = False
     var_length_contribution: int = 8
     max_output_size: int = 2**31 - 1
-    #: at most this many small plain binpack groups rewrite at once in one process (Spark's default 5)
+    #: at most this many small plain groups (binpack, sort) rewrite at once in one process (Spark's default 5)
     max_concurrent_file_group_rewrites: int = 5
 
     #: option name -> attribute name, in Spark's spelling

@@ -137,23 +137,27 @@ def test_a_group_with_deletes_or_one_core_runs_one_group_at_a_time(
     assert live_checksum(table) == before
 
 
+@pytest.mark.parametrize("strategy", ["binpack", "sort"])
 def test_a_failing_group_removes_what_every_group_wrote(
-    catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    catalog: SqlCatalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, strategy: str
 ) -> None:
     """The third group's last file is gone: the two groups before it ran at once and wrote their files,
-    the fourth never starts; nothing any group wrote is left, and the table is as it was."""
+    the fourth never starts; nothing any group wrote or spilled is left, and the table is as it was."""
     table = _days_table(catalog)
-    tasks = plan_compaction(table, options=OPTIONS)["tasks"]
+    sort_order = "id DESC" if strategy == "sort" else None
+    tasks = plan_compaction(table, options=OPTIONS, strategy=strategy, sort_order=sort_order)["tasks"]
     os.remove(local_path(tasks[2]["data_files"][-1]["data-file"]["file-path"]))
     state, files = table_state(table), files_under(table, "")
     groups = _Groups(monkeypatch, meet=True)
+    whole = limits(tmp_path, target_partitions=2)
 
     with pytest.raises(DataFileReadError, match="cannot be opened"):
-        compact(table, options=OPTIONS, limits=limits(tmp_path, target_partitions=2))
+        compact(table, options=OPTIONS, strategy=strategy, sort_order=sort_order, limits=whole)
 
     assert groups.most == 2
     assert table_state(table) == state
     assert files_under(table, "") == files
+    assert [path for _, _, names in os.walk(whole.spill_dir) for path in names] == []
 
 
 def test_under_partial_progress_the_other_groups_commit(

@@ -8,7 +8,7 @@ result per task -> ``commit_compaction`` -> one ``replace`` snapshot per commit 
 
 Modules: :mod:`.plan` (``plan_compaction``), :mod:`.rewrite` (``execute_rewrite_task``), :mod:`.commit`
 (``commit_compaction``) and :mod:`.run` (``compact``: the three in one call; ``execute_rewrite_tasks``: a
-plan's tasks in one process, plain binpack groups several at a time).
+plan's tasks in one process, small plain groups several at a time).
 """
 
 from __future__ import annotations

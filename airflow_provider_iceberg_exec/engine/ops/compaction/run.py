@@ -244,7 +244,7 @@ def _plain(task: RewriteTask) -> bool:
     """Whether ``task`` is plain (a binpack or a sort without deletes, its rows kept in their spec); a
     malformed one is not (each task is checked as it runs)."""
     try:
-        strategy_of(str(task.get("strategy", "binpack")))
+        strategy_of(str(task.get("strategy", "binpack")))  # an unknown one fails its task as it runs
         entries = task["data_files"]
         if isinstance(entries, PackedEntries):
             return not task.get("needs_repartition") and not entries.has_delete_files()
