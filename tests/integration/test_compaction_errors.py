@@ -36,7 +36,7 @@ from airflow_provider_iceberg_exec.engine.errors import (
 from airflow_provider_iceberg_exec.engine.io.catalog import CatalogConfig, load_catalog, load_table
 from airflow_provider_iceberg_exec.engine.ops.compaction import compact, execute_rewrite_task, plan_compaction
 from tests.helpers import files_under, live_checksum, local_path, table_state
-from tests.integration.compaction_support import limits
+from tests.integration.compaction_support import letters, limits
 
 pytestmark = pytest.mark.integration
 
@@ -48,13 +48,6 @@ SCHEMA = Schema(
 )
 
 
-def _letters(rng: np.random.Generator, rows: int, width: int) -> pa.Array:
-    """``rows`` random lowercase strings of ``width`` characters, built without a Python loop."""
-    data = rng.integers(97, 123, rows * width, dtype=np.uint8).tobytes()
-    offsets = np.arange(0, (rows + 1) * width, width, dtype=np.int32).tobytes()
-    return pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
 def _rows(rng: np.random.Generator, start: int, count: int, region: str, width: int = 40) -> pa.Table:
     base = datetime.datetime(2026, 1, 1)
     return pa.table(
@@ -64,7 +57,7 @@ def _rows(rng: np.random.Generator, start: int, count: int, region: str, width: 
             "ts": pa.array(
                 np.datetime64(base, "us") + np.arange(count).astype("timedelta64[s]"), pa.timestamp("us")
             ),
-            "payload": _letters(rng, count, width),
+            "payload": letters(rng, count, width),
         },
         schema=SCHEMA.as_arrow(),
     )

@@ -25,7 +25,7 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
 from airflow_provider_iceberg_exec.engine.ops.compaction import plan_compaction
 from tests.helpers import data_files
-from tests.integration.compaction_support import MiB
+from tests.integration.compaction_support import MiB, letters
 
 pytestmark = pytest.mark.integration
 
@@ -63,12 +63,6 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _letters(rng: np.random.Generator, rows: int, width: int) -> pa.Array:
-    data = rng.integers(97, 123, rows * width, dtype=np.uint8).tobytes()
-    offsets = np.arange(0, (rows + 1) * width, width, dtype=np.int32).tobytes()
-    return pa.Array.from_buffers(pa.string(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
 @pytest.fixture(scope="module")
 def big_table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Table, dict[str, str]]]:
     """About 260 MB of Parquet in 8 files: random longs, doubles and 48-letter strings (4M rows)."""
@@ -92,7 +86,7 @@ def big_table(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Table,
                 {
                     "id": pa.array(rng.integers(0, 2**62, per_file), pa.int64()),
                     "value": pa.array(rng.random(per_file), pa.float64()),
-                    "payload": _letters(rng, per_file, 48),
+                    "payload": letters(rng, per_file, 48),
                 },
                 schema=schema.as_arrow(),
             )
