@@ -424,6 +424,40 @@ def test_one_run_and_no_rows_need_no_lanes(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == [] or not (tmp_path / "sort-runs").exists()
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
+@pytest.mark.parametrize("fits", [True, False], ids=["within-whole-bytes", "beyond-whole-bytes"])
+def test_input_within_the_whole_bytes_is_sorted_in_one_piece_else_in_runs(
+    tmp_path: Path, fits: bool, lanes: int
+) -> None:
+    """Input that ends within ``whole_bytes`` (many runs' worth) is sorted in memory in one piece: no run,
+    nothing spilled, handed on in batches of its own. More input goes to runs as before, its first
+    ``whole_bytes`` included; a sort in lanes keeps to runs. Every way gives DataFusion's order."""
+    table = _rows(5000)
+    whole_bytes = 2 * table.nbytes if fits else table.nbytes // 2
+    stats = SortStats()
+    with sorted_lanes(
+        _batches(table),
+        ORDER,
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path), batch_size=1000),
+        str(tmp_path),
+        prepare=pa.Table.from_batches,
+        finish=lambda rows: rows,
+        lanes=lanes,
+        plan=MergePlan(run_bytes=8 << 10, fan_in=64, whole_bytes=whole_bytes),
+        stats=stats,
+    ) as streams:
+        batches = [b for stream in streams for b in stream]
+    out = pa.Table.from_batches(batches, schema=table.schema)
+    assert _key_words(out) == _key_words(_datafusion_sorted(table))
+    assert sorted(out.column("id").to_pylist()) == list(range(5000))
+    in_one_piece = fits and lanes == 1
+    assert (stats.runs, stats.spilled_bytes) == (0, 0) if in_one_piece else stats.runs > 8
+    if in_one_piece:  # batches of the limits' size, each in buffers of its own, freed once handed on
+        assert [b.num_rows for b in batches] == [1000] * 5
+        assert len({b.column(0).buffers()[1].address for b in batches}) == len(batches)
+    assert not (tmp_path / "sort-runs").exists()
+
+
 def test_a_failure_sorting_the_first_run_fails_the_runs_waiting_for_its_splitters(tmp_path: Path) -> None:
     """The later runs wait for the splitters the first run gives: its error reaches the caller, nothing
     hangs, nothing is left in the spill directory."""
