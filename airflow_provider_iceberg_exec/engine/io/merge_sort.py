@@ -111,11 +111,12 @@ _LANE_SLACK = 1.5
 #: sample rows per fine key range a range is cut again into, taken from every run's piece of it
 _SAMPLE_PER_FINE_RANGE = 2
 _MAX_RUN_BYTES = 32 << 20
-#: input that ends within this share of the limit is sorted in one piece, its sorted copy taken column by
-#: column as its input's columns are freed (:func:`_sorted_run`), so the two never hold more than the limit
-#: together: the partitioned bench's 30 sorted day groups (57 MB of Arrow each, two at once in half the
-#: limit each) took 22.6-24.1 s of CPU in one piece each against 27.2-30.7 s in runs spilled and merged
-_WHOLE_SHARE = 2
+#: input that ends within this share of the limit is sorted in one piece (:func:`_sorted_run`): no run
+#: spilled and merged back, and no more held than the runs hold (five of a sixteenth of the limit at once).
+#: At half the limit the partitioned bench's day groups (57 MB of Arrow, two at once in half the limit
+#: each) sorted in 22.3-24.8 s of CPU against 26.3-30.6 s in runs, but peaked at 597-610 MiB against
+#: 469-505 MiB (docs/benchmarks.md, session 35)
+_WHOLE_SHARE = 4
 #: finer key ranges each key range is cut into as the runs are spilled (at splitters from the first run),
 #: at least: a key range is merged by sorting a few consecutive fine ranges' rows of every run at a time in
 #: memory (:func:`_merged_in_memory`), each group within half a run's bytes
@@ -147,13 +148,13 @@ class MergePlan:
 
 def merge_plan(limits: ResourceLimits) -> MergePlan:
     """The plan for ``limits``: runs of a sixteenth of the limit (at most 32 MiB), as many merge inputs as
-    half the limit holds (at most 256), and input within half the limit sorted in one piece.
+    half the limit holds (at most 256), and input within a quarter of the limit sorted in one piece.
 
     >>> from airflow_provider_iceberg_exec.engine.config import ResourceLimits
     >>> merge_plan(ResourceLimits(memory_limit_bytes=256 << 20))
-    MergePlan(run_bytes=16777216, fan_in=204, whole_bytes=134217728)
+    MergePlan(run_bytes=16777216, fan_in=204, whole_bytes=67108864)
     >>> merge_plan(ResourceLimits(memory_limit_bytes=64 << 20))
-    MergePlan(run_bytes=4194304, fan_in=51, whole_bytes=33554432)
+    MergePlan(run_bytes=4194304, fan_in=51, whole_bytes=16777216)
     """
     budget = limits.memory_limit_bytes
     fan_in = max(_MIN_FAN_IN, min(_MAX_FAN_IN, budget // 2 // _MERGE_INPUT_BYTES))
