@@ -14,8 +14,8 @@ DataFusion merges a range's runs where that cannot hold (a key on more rows than
 SortPreservingMerge over scans declared sorted, so it neither sorts nor spills itself, and
 each input holds one batch of its run at a time. At most :attr:`MergePlan.fan_in` runs are merged at
 once; with more, just enough of the smallest are first merged into one longer run (in memory where their
-fine ranges fit a group; its fine key ranges its inputs' together) to leave that many. Rows that fit one run
-never touch the disk.
+fine ranges fit a group; its fine key ranges its inputs' together) to leave that many. Input that ends within
+:attr:`MergePlan.whole_bytes` (a quarter of the limit) is sorted in one piece and never touches the disk.
 
 :func:`sorted_lanes` hands the sorted rows out as several streams of disjoint key ranges, each merged
 and finished on its own, for a writer each: every run is cut as it is spilled at splitters taken from
@@ -364,7 +364,7 @@ class _RunSorter:
     ) -> collections.deque[pa.RecordBatch] | None:
         """Sort and spill every run; the sorted rows themselves, in batches of at most ``batch_size`` rows,
         when the input ends within ``whole_bytes`` (nothing spilled)."""
-        for raw, complete in _collect(batches, run_bytes, whole_bytes):
+        for raw, complete in _collect(batches, run_bytes, whole_bytes, self.expected_rows):
             if not self.number and not complete:  # the only run: no file, no merge
                 return _sorted_run(raw, self.prepare, self.order, batch_size)
             while len(self._sorting) >= _SORTERS:  # the input waits (its read-ahead fills) while both sort
@@ -758,10 +758,11 @@ def _finished(
 
 
 def _collect(
-    batches: Iterator[pa.RecordBatch], run_bytes: int, whole_bytes: int = 0
+    batches: Iterator[pa.RecordBatch], run_bytes: int, whole_bytes: int = 0, expected_rows: int = 0
 ) -> Iterator[tuple[list[pa.RecordBatch], bool]]:
     """The input in runs of about ``run_bytes``, each with whether it is complete (not the input's end);
-    an input that ends within ``whole_bytes`` comes as one run.
+    an input that ends within ``whole_bytes`` comes as one run. The input's start is held until it is
+    known to fit or not, unless ``expected_rows`` (0: not known), at the first batch's bytes a row, would not.
 
     >>> import pyarrow as pa
     >>> batch = pa.record_batch({"k": list(range(128))})  # 1 KiB
@@ -774,6 +775,8 @@ def _collect(
     size = 0
     for batch in batches:  # the input's start, held while all of it may still fit one piece
         if batch.num_rows:
+            if not head and expected_rows * batch.nbytes > whole_bytes * batch.num_rows:
+                whole_bytes = 0  # told more is coming than fits: runs from the start, as it is read
             head.append(batch)
             size += batch.nbytes
         if size >= max(run_bytes, whole_bytes):

@@ -458,6 +458,44 @@ def test_input_within_the_whole_bytes_is_sorted_in_one_piece_else_in_runs(
     assert not (tmp_path / "sort-runs").exists()
 
 
+@pytest.mark.parametrize("told", [True, False], ids=["told-its-rows", "not-told"])
+def test_a_sort_told_more_rows_than_one_piece_holds_sorts_its_runs_as_it_reads(
+    tmp_path: Path, told: bool
+) -> None:
+    """Not told how many rows come, a sort holds its input's start until it knows whether all of it fits one
+    piece; told more than that, it sorts its first run as soon as it is read (the start is not held beside
+    the runs being sorted). Either way the rows come out in DataFusion's order."""
+    table = _rows(5000)
+    batches = table.to_batches(max_chunksize=300)  # each more than a run of 8 KiB
+    pulled: list[int] = []
+    pulled_at_first_run: list[int] = []
+
+    def read():
+        for batch in batches:
+            pulled.append(batch.num_rows)
+            yield batch
+
+    def prepare(run: list[pa.RecordBatch]) -> pa.Table:
+        pulled_at_first_run.append(len(pulled))
+        return pa.Table.from_batches(run)
+
+    whole_bytes = sum(b.nbytes for b in batches) // 2
+    with sorted_lanes(
+        read(),
+        ORDER,
+        ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
+        str(tmp_path),
+        prepare=prepare,
+        finish=lambda rows: rows,
+        plan=MergePlan(run_bytes=8 << 10, fan_in=64, whole_bytes=whole_bytes),
+        expected_rows=table.num_rows if told else 0,
+    ) as streams:
+        out = pa.Table.from_batches([b for stream in streams for b in stream], schema=table.schema)
+    assert _key_words(out) == _key_words(_datafusion_sorted(table))
+    held = next(i for i in range(len(batches)) if sum(b.nbytes for b in batches[: i + 1]) >= whole_bytes) + 1
+    assert pulled_at_first_run[0] <= 3 if told else pulled_at_first_run[0] >= held > 3
+
+
 def test_a_failure_sorting_the_first_run_fails_the_runs_waiting_for_its_splitters(tmp_path: Path) -> None:
     """The later runs wait for the splitters the first run gives: its error reaches the caller, nothing
     hangs, nothing is left in the spill directory."""
