@@ -238,9 +238,16 @@ def test_a_run_file_is_written_in_few_system_calls(tmp_path: Path) -> None:
     assert back.column("f").chunk(0).view(pa.int64()).equals(table.column("f").chunk(0).view(pa.int64()))
 
 
-def test_every_column_type_goes_through_the_runs_and_the_merge_unchanged(tmp_path: Path) -> None:
-    """Nested, temporal, decimal, binary and fixed columns (and a name that needs quoting as the key)
-    come out of run files and merge passes as they went in."""
+@pytest.mark.parametrize(
+    "plan",
+    [MergePlan(run_bytes=16 << 10, fan_in=3), MergePlan(run_bytes=16 << 10, fan_in=3, whole_bytes=64 << 20)],
+    ids=["runs", "one-piece"],
+)
+def test_every_column_type_goes_through_the_runs_and_the_merge_unchanged(
+    tmp_path: Path, plan: MergePlan
+) -> None:
+    """Nested, temporal, decimal, binary, fixed and dictionary columns (and a name that needs quoting as the
+    key) come out of run files and merge passes, or of a sort in one piece, as they went in."""
     import datetime
     import decimal
 
@@ -265,19 +272,22 @@ def test_every_column_type_goes_through_the_runs_and_the_merge_unchanged(tmp_pat
             "st": pa.array([{"x": float(k), "y": None if k % 3 else str(k)} for k in keys]),
             "tags": pa.array([[str(k)] * int(k % 4) for k in keys], pa.list_(pa.string())),
             "props": pa.array([[("k", int(k))] for k in keys], pa.map_(pa.string(), pa.int64())),
+            "kind": pa.array([f"k{k % 7}" for k in keys]).dictionary_encode(),
             "id": pa.array(range(count), pa.int64()),
         }
     )
+    # batches whose dictionaries differ (a file's row groups each have their own)
+    batches = [pa.RecordBatch.from_pylist(b.to_pylist(), schema=table.schema) for b in _batches(table)]
     out = pa.Table.from_batches(
         list(
             external_sort(
-                _batches(table),
+                iter(batches),
                 [('Key "one"', False, True)],
                 ResourceLimits(memory_limit_bytes=64 << 20, spill_dir=str(tmp_path)),
                 str(tmp_path),
                 prepare=pa.Table.from_batches,
                 finish=lambda rows: rows,
-                plan=MergePlan(run_bytes=16 << 10, fan_in=3),
+                plan=plan,
             )
         )
     )
