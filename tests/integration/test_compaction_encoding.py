@@ -36,6 +36,24 @@ def _encodings(path: str) -> dict[str, set[str]]:
     return found
 
 
+@pytest.mark.parametrize("rows", [100_000, 131_072, 300_000])
+def test_rising_ids_and_timestamps_are_probed_as_their_shuffled_selves(rows: int) -> None:
+    """Columns that rise strictly (ids, ingestion timestamps) skip Arrow's hash table in the probe; every
+    column gets the encoding it gets in any order, on both sides of the page limit (131,072 ids: 1 MiB)."""
+    rising = pa.table(
+        {
+            "id": pa.array(np.arange(rows), pa.int64()),
+            "ts": pa.array(np.arange(rows) * 1_000_000 + 1_700_000_000_000_000, pa.timestamp("us", tz="UTC")),
+            "day": pa.array((np.arange(rows) // 5000).astype(np.int32), pa.int32()).cast(pa.date32()),
+            "amount": pa.array(np.arange(rows, dtype=np.int32)).cast(pa.decimal128(18, 2)),
+        }
+    )
+    shuffled = rising.take(np.random.default_rng(5).permutation(rows))
+
+    assert dictionary_columns(rising, 1 * MiB) == dictionary_columns(shuffled, 1 * MiB)
+    assert dictionary_columns(rising, 1 * MiB, 4 * rows) == dictionary_columns(shuffled, 1 * MiB, 4 * rows)
+
+
 def test_high_cardinality_columns_are_probed_plain_and_others_keep_the_dictionary() -> None:
     rng = np.random.default_rng(3)
     rows = 300_000

@@ -433,7 +433,7 @@ def _distinct_bytes(column: pa.ChunkedArray, target_rows: int, page_limit_bytes:
     probed = 0
     probe_rows = min(len(column), _DICTIONARY_PROBE_ROWS)
     for start in range(0, probe_rows, _DICTIONARY_PROBE_SLICE_ROWS):
-        distinct = pc.unique(column.slice(start, _DICTIONARY_PROBE_SLICE_ROWS).combine_chunks())
+        distinct = _unique(column.slice(start, _DICTIONARY_PROBE_SLICE_ROWS).combine_chunks())
         seen = distinct if seen is None else pc.unique(pa.concat_arrays([seen, distinct]))
         probed = min(probe_rows, start + _DICTIONARY_PROBE_SLICE_ROWS)
         if seen.nbytes > page_limit_bytes or (
@@ -454,6 +454,33 @@ def _distinct_bytes(column: pa.ChunkedArray, target_rows: int, page_limit_bytes:
         if estimate >= 1.5 * half:
             return estimate * target_rows // probed
     return estimate
+
+
+def _unique(values: pa.Array) -> pa.Array:
+    """``pyarrow.compute.unique(values)``, and ``values`` themselves when they are whole numbers (or what is
+    stored as them: dates, times, timestamps, decimals) rising strictly with no null: Arrow's hash table
+    took 19 ms for 65,536 consecutive ids or timestamps (about 0.03 s a file written), against 3 ms for as
+    many random ones; the check takes a fraction of a millisecond.
+
+    >>> import pyarrow as pa
+    >>> ids = pa.array([1, 2, 5])
+    >>> _unique(ids) is ids
+    True
+    >>> [_unique(pa.array(v)).to_pylist() for v in ([3, 1, 3], [1, 2, 2], [1, None, 2])]
+    [[3, 1], [1, 2], [1, None, 2]]
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = values.type
+    if (
+        len(values) > 1
+        and not values.null_count
+        and (pa.types.is_integer(kind) or pa.types.is_temporal(kind) or pa.types.is_decimal(kind))
+        and pc.all(pc.greater(values.slice(1), values.slice(0, len(values) - 1))).as_py()
+    ):
+        return values
+    return pc.unique(values)
 
 
 def _has_dictionary_encoding(arrow_type: pa.DataType) -> bool:
