@@ -113,9 +113,9 @@ _SAMPLE_PER_FINE_RANGE = 2
 _MAX_RUN_BYTES = 32 << 20
 #: input that ends within this share of the limit is sorted in one piece (:func:`_sorted_run`): no run
 #: spilled and merged back, and no more held than the runs hold (five of a sixteenth of the limit at once).
-#: At half the limit the partitioned bench's day groups (57 MB of Arrow, two at once in half the limit
-#: each) sorted in 22.3-24.8 s of CPU against 26.3-30.6 s in runs, but peaked at 597-610 MiB against
-#: 469-505 MiB (docs/benchmarks.md, session 35)
+#: At half the limit the 30-day bench's groups (57 MB of Arrow each, two at once in half the limit each)
+#: sorted in 22.3-29.4 s of CPU against 26.2-33.6 s in runs, but the bench's sort and z-order peaked at
+#: 597 and 610 MiB, over their 600 MiB bound (docs/benchmarks.md, session 35)
 _WHOLE_SHARE = 4
 #: finer key ranges each key range is cut into as the runs are spilled (at splitters from the first run),
 #: at least: a key range is merged by sorting a few consecutive fine ranges' rows of every run at a time in
@@ -731,13 +731,13 @@ def _sorted_run(
     rows = _output_batch_rows(batch_size, _row_bytes(prepared))
     pieces = [indices.slice(start, rows) for start in range(0, len(indices), rows)]
     schema = prepared.schema
-    columns: list[pa.ChunkedArray | None] = list(prepared.columns)
+    columns = collections.deque(prepared.columns)
     del prepared
     taken: list[list[pa.Array]] = []
-    for i, column in enumerate(columns):
-        assert column is not None
-        joined = column.combine_chunks()  # a take from many chunks joins them first: once, not a batch each
-        columns[i] = column = None  # the last reference to the input column: its buffers go
+    while columns:
+        # A take from many chunks joins them first: joined once here, not for every batch. The input
+        # column's last reference goes with the pop: its chunks are freed once joined.
+        joined = columns.popleft().combine_chunks()
         taken.append([joined.take(piece) for piece in pieces])
         del joined
     release_memory()
