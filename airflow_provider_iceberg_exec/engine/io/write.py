@@ -426,24 +426,26 @@ def dictionary_columns(
 def _distinct_bytes(column: pa.ChunkedArray, target_rows: int, page_limit_bytes: int) -> int:
     """The bytes of ``column``'s distinct values in a row group of ``target_rows`` rows, as probed by
     :func:`dictionary_columns` (exact up to the limit, extrapolated for a column still growing)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    seen: pa.Array | None = None
-    probed = 0
     probe_rows = min(len(column), _DICTIONARY_PROBE_ROWS)
-    for start in range(0, probe_rows, _DICTIONARY_PROBE_SLICE_ROWS):
-        distinct = _unique(column.slice(start, _DICTIONARY_PROBE_SLICE_ROWS).combine_chunks())
-        seen = distinct if seen is None else pc.unique(pa.concat_arrays([seen, distinct]))
-        probed = min(probe_rows, start + _DICTIONARY_PROBE_SLICE_ROWS)
-        if seen.nbytes > page_limit_bytes or (
+    if not probe_rows:
+        return 0
+    # The distinct values of a first slice, then of a prefix twice as long each time, hashed from its
+    # chunks in place: the rows are hashed about twice in all, where merging each next slice into the
+    # distinct values so far hashed those again every time (307,692 user ids: 0.054 s).
+    probed = min(probe_rows, _DICTIONARY_PROBE_SLICE_ROWS)
+    while True:
+        seen = _unique(column.slice(0, probed))
+        if (
+            probed == probe_rows
+            or seen.nbytes > page_limit_bytes
             # Every value so far distinct (ids, timestamps): the rows to come add as many, so the
             # extrapolation decides now (probing further took 0.6 s on 400,000 ids).
-            len(seen) == probed and seen.nbytes * target_rows // probed > page_limit_bytes
+            or (len(seen) == probed and seen.nbytes * target_rows // probed > page_limit_bytes)
         ):
             break
-    if seen is None:
-        return 0
+        probed = min(probe_rows, 2 * probed)
     estimate = int(seen.nbytes)
     if len(seen) == probed:
         return estimate * target_rows // probed
@@ -456,7 +458,7 @@ def _distinct_bytes(column: pa.ChunkedArray, target_rows: int, page_limit_bytes:
     return estimate
 
 
-def _unique(values: pa.Array) -> pa.Array:
+def _unique(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """``pyarrow.compute.unique(values)``, and ``values`` themselves when they are whole numbers (or what is
     stored as them: dates, times, timestamps, decimals) rising strictly with no null: Arrow's hash table
     took 19 ms for 65,536 consecutive ids or timestamps (about 0.03 s a file written), against 3 ms for as
