@@ -42,7 +42,8 @@ _DEFAULT_ROW_GROUP_SIZE_BYTES = 128 * 1024 * 1024
 _INITIAL_COMPRESSION_RATIO = 1.0
 #: PyArrow's own default for ``dictionary_pagesize_limit``.
 _DEFAULT_DICTIONARY_PAGE_BYTES = 1024 * 1024
-#: How many leading rows of the first row group decide a column's encoding, and in slices of how many.
+#: How many leading rows of the first row group decide a column's encoding, and how many the first step
+#: looks at (each next step twice as many).
 _DICTIONARY_PROBE_ROWS = 1 << 20
 _DICTIONARY_PROBE_SLICE_ROWS = 1 << 16
 
@@ -398,8 +399,8 @@ def dictionary_columns(
     A top-level column is written plain when its distinct values in a row group of ``row_group_rows``
     rows (default: this one's) would hold more bytes than ``page_limit_bytes``: the Parquet writer would
     build that dictionary, overflow it and fall back to plain encoding in every row group. Every other
-    leaf keeps its dictionary. Only the first ``_DICTIONARY_PROBE_ROWS`` rows are looked at, a slice at a
-    time; a column whose distinct values still grow in step with the rows is extrapolated to the row
+    leaf keeps its dictionary. Only the first ``_DICTIONARY_PROBE_ROWS`` rows are looked at, in prefixes
+    from ``_DICTIONARY_PROBE_SLICE_ROWS`` rows, twice as long at each step; a column whose distinct values still grow in step with the rows is extrapolated to the row
     group size (the first row group is smaller than the later ones).
     """
     import pyarrow as pa
