@@ -400,8 +400,9 @@ def dictionary_columns(
     rows (default: this one's) would hold more bytes than ``page_limit_bytes``: the Parquet writer would
     build that dictionary, overflow it and fall back to plain encoding in every row group. Every other
     leaf keeps its dictionary. Only the first ``_DICTIONARY_PROBE_ROWS`` rows are looked at, in prefixes
-    from ``_DICTIONARY_PROBE_SLICE_ROWS`` rows, twice as long at each step; a column whose distinct values still grow in step with the rows is extrapolated to the row
-    group size (the first row group is smaller than the later ones).
+    from ``_DICTIONARY_PROBE_SLICE_ROWS`` rows, twice as long at each step; a column whose distinct
+    values still grow in step with the rows is extrapolated to the row group size (the first row group is
+    smaller than the later ones).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
