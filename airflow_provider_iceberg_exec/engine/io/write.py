@@ -472,6 +472,8 @@ def _unique(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     True
     >>> [_unique(pa.array(v)).to_pylist() for v in ([3, 1, 3], [1, 2, 2], [1, None, 2])]
     [[3, 1], [1, 2], [1, None, 2]]
+    >>> len(_unique(pa.array([(0, 1, 0), (0, 2, 0)], pa.month_day_nano_interval())))
+    2
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -481,6 +483,7 @@ def _unique(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
         len(values) > 1
         and not values.null_count
         and (pa.types.is_integer(kind) or pa.types.is_temporal(kind) or pa.types.is_decimal(kind))
+        and not pa.types.is_interval(kind)  # temporal, but not ordered
         and pc.all(pc.greater(values.slice(1), values.slice(0, len(values) - 1))).as_py()
     ):
         return values
