@@ -225,7 +225,8 @@ def sorted_lanes(
     )
     streams: list[Iterator[pa.RecordBatch]] = []
     try:
-        whole_bytes = max(plan.run_bytes, plan.whole_bytes) if lanes == 1 else plan.run_bytes
+        # a sort in lanes keeps to runs: one piece per lane would hold a lane's share beside the others'
+        whole_bytes = plan.whole_bytes if lanes == 1 else 0
         single = sorter.sort(batches, plan.run_bytes, whole_bytes, limits.batch_size)
         stats.runs = sorter.number
         stats.spilled_bytes = sum(piece.size for piece in sorter.pieces)

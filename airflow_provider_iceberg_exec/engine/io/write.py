@@ -428,8 +428,6 @@ def dictionary_columns(
 def _distinct_bytes(column: pa.ChunkedArray, target_rows: int, page_limit_bytes: int) -> int:
     """The bytes of ``column``'s distinct values in a row group of ``target_rows`` rows, as probed by
     :func:`dictionary_columns` (exact up to the limit, extrapolated for a column still growing)."""
-    import pyarrow.compute as pc
-
     probe_rows = min(len(column), _DICTIONARY_PROBE_ROWS)
     if not probe_rows:
         return 0
@@ -454,7 +452,7 @@ def _distinct_bytes(column: pa.ChunkedArray, target_rows: int, page_limit_bytes:
     if estimate <= page_limit_bytes < estimate * target_rows // probed:
         # Distinct bytes that nearly doubled from the first half of the probe to all of it keep
         # growing with the rows (ids, timestamps): extrapolate; saturated ones (categories) do not.
-        half = pc.unique(column.slice(0, max(1, probed // 2)).combine_chunks()).nbytes
+        half = _unique(column.slice(0, max(1, probed // 2))).nbytes
         if estimate >= 1.5 * half:
             return estimate * target_rows // probed
     return estimate
