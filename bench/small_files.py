@@ -4,7 +4,7 @@ Run by hand, never as a test::
 
     /work/main/.venv/bin/python bench/small_files.py [--files 5000,50000,500000] [--rows-per-file 20]
         [--snapshots 10] [--codec zstd] [--cases plan,compact,spark,floor] [--spark-max-files 50000]
-        [--out bench/out/small-files] [--keep] [--no-snapshot]
+        [--repeat N] [--out bench/out/small-files] [--keep] [--no-snapshot]
 
 1. Per file count, builds once (cached under ``--out/files-<n>``, ``files-<n>-<codec>`` for a codec other
    than zstd) an unpartitioned table of ``--files`` Parquet files of ``--rows-per-file`` rows each
@@ -26,7 +26,10 @@ Run by hand, never as a test::
    - ``floor``: bench/compaction.py's floor, PyArrow reading every file and writing the same rows.
 
    Both engines run with default options: every tiny file is below ``min-file-size-bytes``.
-3. Verifies every case in another child: the live rows' count and order-independent checksum, read by
+   With ``--repeat N`` the cases run round robin N times (a change in the machine's speed then meets
+   every case alike); each case reports its median time and CPU and its highest peak RSS, and every run
+   is kept beside the medians with the compact / Spark ratio of each round.
+3. Verifies every run in another child: the live rows' count and order-independent checksum, read by
    PyIceberg (the floor's output by PyArrow), must equal the pristine ones (read by PyArrow's dataset
    reader when the table is built, and by PyIceberg's scan up to 50,000 files).
 
@@ -388,9 +391,9 @@ def _verify(case: str, result: dict[str, Any], dataset: dict[str, Any], out: str
 
 
 def run_case(
-    case: str, dataset: dict[str, Any], args: argparse.Namespace, out: str, stamp: str
+    case: str, dataset: dict[str, Any], args: argparse.Namespace, out: str, stamp: str, repetition: int = 1
 ) -> dict[str, Any]:
-    run_dir = os.path.join(out, "runs", f"{stamp}-{case}")
+    run_dir = os.path.join(out, "runs", f"{stamp}-{case}-{repetition}")
     os.makedirs(run_dir)
     # Every file of the pristine table read once: each case starts with the same (warm) page cache, as
     # bench/compaction.py's do (the first case ran on files the run before had pushed out of it).
@@ -398,7 +401,7 @@ def run_case(
     load_before = os.getloadavg()
     argv = [case, "--run-dir", run_dir, "--spark-driver-memory", args.spark_driver_memory]
     measured = run_child(argv, out, os.path.join(run_dir, "result.json"))
-    result = {"case": case, **measured.pop("result"), **measured}
+    result = {"case": case, "repetition": repetition, **measured.pop("result"), **measured}
     if case == "spark":
         # ru_maxrss covers the larger of the Python child and its reaped JVM, not their sum.
         result["ru_maxrss_bytes"] = measured["peak_rss_bytes"]
@@ -468,7 +471,9 @@ def targets(report: dict[str, Any]) -> list[str]:
         if "compact" in by_case and "spark" in by_case:
             ratio = by_case["compact"]["seconds"] / by_case["spark"]["seconds"]
             verdict = "met" if ratio <= 0.5 else "MISSED"
-            found.append(f"{n:,} files: compact / Spark {ratio:.2f}x <= 0.5x: {verdict}")
+            rounds = size.get("compact_vs_spark_by_round") or []
+            each = f" (medians; each round: {', '.join(f'{r:.2f}x' for r in rounds)})" if rounds[1:] else ""
+            found.append(f"{n:,} files: compact / Spark {ratio:.2f}x{each} <= 0.5x: {verdict}")
     return found
 
 
@@ -476,25 +481,48 @@ def _one_size(args: argparse.Namespace, files: int, cases: list[str], stamp: str
     out = _size_dir(args.out, files, args.codec)
     os.makedirs(out, exist_ok=True)
     dataset = ensure_dataset(out, args, files)
-    results = []
-    for case in cases:
-        if case == "spark" and files > args.spark_max_files:
-            print(f"skipping spark at {files} files (--spark-max-files {args.spark_max_files})", flush=True)
-            continue
-        print(f"running {case} at {files} files ...", flush=True)
-        r = run_case(case, dataset, args, out, stamp)
-        check = (
-            "" if "verify" not in r else ", checksum " + ("matches" if r["verify"]["matches"] else "MISMATCH")
-        )
-        print(
-            f"  {case}: {r['seconds']:.1f} s, peak RSS {r['peak_rss_bytes'] / MiB:.0f} MiB, "
-            f"load {r['load_before'][0]}->{r['load_after'][0]}{check}",
-            flush=True,
-        )
-        results.append(r)
-    size = {"files": files, "dataset": dataset, "results": results}
+    if "spark" in cases and files > args.spark_max_files:
+        print(f"skipping spark at {files} files (--spark-max-files {args.spark_max_files})", flush=True)
+        cases = [case for case in cases if case != "spark"]
+    runs = []
+    for repetition in range(1, args.repeat + 1):
+        # Round robin, as bench/compaction.py's --repeat: a change in the machine's speed meets every case.
+        for case in cases:
+            print(f"running {case} at {files} files ({repetition}/{args.repeat}) ...", flush=True)
+            r = run_case(case, dataset, args, out, stamp, repetition)
+            check = (
+                ""
+                if "verify" not in r
+                else ", checksum " + ("matches" if r["verify"]["matches"] else "MISMATCH")
+            )
+            print(
+                f"  {case}: {r['seconds']:.1f} s, peak RSS {r['peak_rss_bytes'] / MiB:.0f} MiB, "
+                f"load {r['load_before'][0]}->{r['load_after'][0]}{check}",
+                flush=True,
+            )
+            runs.append(r)
+    results = [CB._summarize(case, [r for r in runs if r["case"] == case]) for case in cases]
+    size = {"files": files, "dataset": dataset, "results": results, "runs": runs}
     size["per_file_ms"] = per_file_ms({r["case"]: r for r in results}, files)
+    size["compact_vs_spark_by_round"] = compact_vs_spark_by_round(runs)
     return size
+
+
+def compact_vs_spark_by_round(runs: list[dict[str, Any]]) -> list[float]:
+    """The compact / Spark time ratio of each round that ran both (runs close in time, paired).
+
+    >>> runs = [("compact", 1, 20.0), ("spark", 1, 40.0), ("compact", 2, 22.0), ("spark", 2, 55.0)]
+    >>> compact_vs_spark_by_round([{"case": c, "repetition": n, "seconds": s} for c, n, s in runs])
+    [0.5, 0.4]
+    """
+    by_round: dict[int, dict[str, float]] = {}
+    for r in runs:
+        by_round.setdefault(int(r["repetition"]), {})[r["case"]] = float(r["seconds"])
+    return [
+        round(cases["compact"] / cases["spark"], 3)
+        for _, cases in sorted(by_round.items())
+        if cases.get("compact") and cases.get("spark")
+    ]
 
 
 def orchestrate(args: argparse.Namespace) -> int:
@@ -507,6 +535,8 @@ def orchestrate(args: argparse.Namespace) -> int:
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
         raise SystemExit(f"unknown case(s) {unknown}; choose from {', '.join(CASES)}")
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat {args.repeat}: run every case at least once (1 or more)")
     report: dict[str, Any] = {
         "bench": "small_files",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -548,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--spark-max-files", type=int, default=50_000)
     parser.add_argument("--spark-driver-memory", default="4g")
+    parser.add_argument("--repeat", type=int, default=1, help="run every case N times, round robin")
     parser.add_argument("--out", default=os.path.join(HERE, "out", "small-files"))
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--no-snapshot", action="store_true")
