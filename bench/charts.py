@@ -252,8 +252,9 @@ def _loads(results: Iterable[dict[str, Any]]) -> list[float]:
     """The 1-minute load averages recorded before and after each case (a float or a 1/5/15 triple)."""
     found = []
     for r in results:
-        for key in ("load_before", "load_after"):
-            value = r.get(key)
+        # A case repeated (``--repeat``) keeps every run's pair in ``load_all``, its first in the keys.
+        pairs = r.get("load_all") or [(r.get("load_before"), r.get("load_after"))]
+        for value in (v for pair in pairs for v in pair):
             if isinstance(value, list) and value:
                 value = value[0]
             if isinstance(value, (int, float)):
@@ -276,6 +277,9 @@ def _caption(doc: dict[str, Any], results: Sequence[dict[str, Any]]) -> str:
         parts.append(f"load average (1 min) {min(loads):.1f}-{max(loads):.1f} on {cores} cores")
     else:
         parts.append("load average not recorded")
+    repeated = max((int(r.get("repetitions") or 1) for r in results), default=1)
+    if repeated > 1:
+        parts.append(f"{repeated} runs round robin: median times, highest peaks")
     command = _short_command(str(doc.get("command", "")))
     return " · ".join(parts) + (f"\n{command}" if command else "")
 

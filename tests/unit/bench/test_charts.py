@@ -72,6 +72,20 @@ def test_bars_carry_each_case_with_its_values_and_the_load() -> None:
     }
 
 
+def test_a_repeated_run_says_how_its_bars_sum_its_runs_and_spans_every_runs_load() -> None:
+    # Three rounds of compact, floor and Spark (bench/small_files.py --repeat 3); the first run's load
+    # before was 0.71, the highest of any run 1.9.
+    described = charts.describe(_doc(BENCH / "results" / "small_files-20261208-002425.json"))
+
+    assert "3 runs round robin: median times, highest peaks" in described.caption
+    assert "load average (1 min) 0.7-1.9 on 2 cores" in described.caption
+    assert {b.case: round(b.seconds, 1) for b in described.bars} == {
+        "compact": 29.0,
+        "floor": 19.6,
+        "spark": 54.8,
+    }
+
+
 def test_a_run_without_spark_draws_without_its_bar(tmp_path: Path) -> None:
     doc = copy.deepcopy(_doc(MANIFESTS))
     for size in doc["sizes"]:
